@@ -1,0 +1,86 @@
+"""The Runner seam: run one probe script somewhere and hand back what it printed (shell)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What running a script produced. Failures to *reach* the target are data, not exceptions.
+
+    `failure` is set when the script could not be run at all (host unreachable, key refused,
+    container stopped, timeout…); it is a sentence for users, naming the host. `stdout` and
+    `stderr` are raw bytes: logs may hold anything.
+    """
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_status: int | None = None
+    failure: str | None = None
+    # What kind of failure, for the watchdog and the CLI's exit status: "unreachable",
+    # "timeout", "auth", "hostkey", "container", "local".
+    failure_kind: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def reached(self) -> bool:
+        return self.failure is None
+
+
+class Runner(Protocol):
+    """Runs a bash script on one target (this machine, a host, a container)."""
+
+    async def run(self, script: str, *, timeout: float) -> RunResult: ...
+
+
+class LocalRunner:
+    """Runs scripts with bash on this machine (`host = "local"`).
+
+    `env` adds to (or overrides) this process's environment; the demo and the tests use it
+    to put a stand-in `nvidia-smi` first on the probe's PATH.
+    """
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = {**os.environ, **env} if env else None
+
+    async def run(self, script: str, *, timeout: float) -> RunResult:
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "bash",
+                "-c",
+                script,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                start_new_session=True,  # so a timeout can kill the whole probe, sleeps included
+            )
+        except OSError as exc:
+            return RunResult(
+                failure=f"could not start bash on this machine: {exc.strerror or exc}",
+                failure_kind="local",
+            )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        except asyncio.TimeoutError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            return RunResult(
+                failure=f"probe timed out after {timeout:g} s on this machine",
+                failure_kind="timeout",
+                elapsed_s=time.monotonic() - started,
+            )
+        return RunResult(out, err, proc.returncode, elapsed_s=time.monotonic() - started)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        pass
