@@ -1,0 +1,99 @@
+"""Making log text safe to show: ANSI/control stripping, secret redaction, Slack escaping."""
+
+from __future__ import annotations
+
+import re
+
+MARK = "[redacted]"
+
+# CSI (colours, cursor moves), OSC (titles, hyperlinks; ended by BEL or ST, or cut off by the
+# end of the text), DCS/SOS/PM/APC strings, then any other two-byte (or nF) escape; a lone
+# trailing ESC goes too. The 8-bit C1 forms of CSI/OSC are stripped whole, not just their
+# introducer, so no "[32m" debris is left behind.
+_ANSI = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|(?:\x1b[PX^_]|[\x90\x98\x9e\x9f])[^\x1b\x9c]*(?:\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+)
+# C0 except \t and \n, DEL, C1; and bidi overrides/isolates, which can make a line display
+# something other than what it says (the "Trojan Source" trick).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def printable(text: str) -> str:
+    """strip_ansi, then drop control characters other than tab and newline (U+FFFD stays)."""
+    return _CONTROL.sub("", strip_ansi(text))
+
+
+# Tokens with a fixed shape: keep the prefix so a reader still knows what leaked.
+# (?<![A-Za-z0-9]) stands in for \b where the prefix itself starts with a letter after '_'.
+_SHAPED = re.compile(
+    r"(?<![A-Za-z0-9])(?P<p>xox[a-z]-|xapp-|xoxe\.xox[a-z]-)[A-Za-z0-9-]{8,}"
+    r"|(?P<p2>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"
+    r"|(?<![A-Za-z0-9])(?P<p3>hf_)[A-Za-z0-9]{30,}"
+    r"|(?<![A-Za-z0-9])(?P<p4>gh[pousr]_)[A-Za-z0-9]{30,}"
+    r"|(?<![A-Za-z0-9])(?P<p5>github_pat_)[A-Za-z0-9_]{20,}"
+    r"|(?<![A-Za-z0-9])(?P<p6>AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"
+    r"|(?<![A-Za-z0-9])(?P<p7>sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}"
+    r"|(?P<p8>-----BEGIN [A-Z ]*PRIVATE KEY-----).*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+    re.DOTALL,
+)
+# Credentials announced by their context rather than their shape.
+_CONTEXT = re.compile(
+    r"(?P<p>(?i:authorization)\s*[:=]\s*['\"]?\s*(?i:bearer|basic|token|bot)\s+)[^\s'\",;]+"
+    r"|(?P<p2>(?i:bearer)\s+)(?=[A-Za-z0-9._~+/=-]{12,})[^\s'\",;]+"
+    r"|(?P<p3>(?i:wandb)\s+login(?>(?:\s+--?[\w-]+(?:=\S+)?)*)\s+)[A-Za-z0-9_-]{32,}"
+    r"|(?P<p4>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]+:)[^\s@/]+(?=@)"  # user:password@ in URLs
+)
+# key=value, key: value, "key": "value", --key value. The key must *end* with one of these
+# words, so `tokens=1024` and `max_new_tokens=` (plural) never match; the suffix list keeps
+# WANDB_API_KEY, HF_TOKEN, aws_secret_access_key, SLACK_SIGNING_SECRET…
+_KEYWORDS = r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
+_KV = re.compile(
+    rf"(?<![A-Za-z0-9_.-])(?P<key>(?P<dash>--?)?(?:[A-Za-z0-9]+[_.-])*?(?i:{_KEYWORDS}))"
+    r"(?P<sep>['\"]?\s*[:=]\s*|(?(dash)\s+|(?!)))"
+    r"(?:(?P<q>['\"])(?P<qv>[^'\"\n]*)(?P=q)|(?P<v>[^\s'\",;&)}]+))"
+)
+# Tokenizer vocabulary (pad_token=<pad>) and counters are not credentials.
+_NOT_SECRET = re.compile(
+    r"(?i)(?:pad|eos|bos|unk|sep|cls|mask|special|start|end|image|audio|video|max|min|num|n|"
+    r"total|first|last|next|new|default|placeholder|chat|tool|decoder_start)[_-]token"
+)
+
+
+def _shaped(m: re.Match[str]) -> str:
+    prefix = next(g for g in m.groups() if g is not None)
+    return prefix + MARK
+
+
+def _kv(m: re.Match[str]) -> str:
+    key, value = m["key"], m["qv"] if m["q"] else m["v"]
+    if MARK in value or _NOT_SECRET.fullmatch(key.lstrip("-")):
+        return m[0]
+    if not value or not value.strip():
+        return m[0]
+    if m["q"]:
+        return f"{key}{m['sep']}{m['q']}{MARK}{m['q']}"
+    return f"{key}{m['sep']}{MARK}"
+
+
+def redact_secrets(text: str) -> str:
+    """Replace credentials with a marker that keeps a recognisable prefix (`hf_[redacted]`)."""
+    text = _SHAPED.sub(_shaped, text)
+    text = _CONTEXT.sub(_shaped, text)
+    return _KV.sub(_kv, text)
+
+
+def slack_escape(text: str) -> str:
+    """Slack's rule: only &, < and > are special; escaping them defuses <!channel> and <@U1>."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def clean_line(text: str) -> str:
+    """What the CLI shows for a log line: printable, with secrets redacted."""
+    return redact_secrets(printable(text))
