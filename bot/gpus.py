@@ -1,4 +1,4 @@
-"""Parse nvidia-smi output and classify each GPU (busy, oscillating, idle, unknown) by role."""
+"""Parse nvidia-smi output and classify each GPU (busy, oscillating, low, idle, unknown) by role."""
 
 from __future__ import annotations
 
@@ -237,7 +237,7 @@ class GpuState:
 
     index: int
     role: str | None
-    cls: str  # "busy" | "oscillating" | "idle" | "unknown"
+    cls: str  # "busy" | "oscillating" | "low" | "idle" | "unknown"
     utils: tuple[float | None, ...]  # one per round that listed this GPU
     mem_used_mib: float | None  # the latest reading
     mem_total_mib: float | None
@@ -245,7 +245,7 @@ class GpuState:
 
 
 # Order and wording of class groups in summaries; idle splits on memory held.
-_LABELS = ((("busy", False), "busy"), (("oscillating", False), "oscillating"),
+_LABELS = ((("busy", False), "busy"), (("oscillating", False), "oscillating"), (("low", False), "low"),
            (("idle", True), "idle (memory held)"), (("idle", False), "idle"), (("unknown", False), "util unknown"))
 
 
@@ -314,9 +314,12 @@ def _classify_one(utils: Sequence[float | None]) -> str:
         return "unknown"
     if all(u <= IDLE_MAX_PCT for u in numbers):
         return "idle"
-    if sum(u >= BUSY_MIN_PCT for u in numbers) > BUSY_MIN_SHARE * len(numbers):
+    high = sum(u >= BUSY_MIN_PCT for u in numbers)
+    if high > BUSY_MIN_SHARE * len(numbers):
         return "busy"
-    return "oscillating"
+    # Never high, not quite zero: weights being copied in, a trickle of work. Calling that
+    # "oscillating" (seen on the real GPU run: 0 2 1 2 2 % while loading) would suggest a live loop.
+    return "oscillating" if high else "low"
 
 
 def classify(readings: GpuReadings, roles: Mapping[str, Sequence[int]] | None = None) -> GpuReport:

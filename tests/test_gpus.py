@@ -251,7 +251,8 @@ def test_timeline_after_training_done_gpu0_idle_with_memory_held():
 def test_timeline_start_single_reading_is_not_a_verdict():
     first = timeline()[:3]  # 15 % then 0 % then 0 %: context creation, not work
     report = classify(parse_gpu_section(section(*[(0, s["smi"]) for s in first])))
-    assert report.by_index(0).cls == "oscillating"
+    # Neither idle (one reading is 15 %) nor a live loop (never high): "low".
+    assert report.by_index(0).cls == "low"
     assert report.by_index(0).utils == (15.0, 0.0, 0.0)
 
 
@@ -263,10 +264,11 @@ def test_timeline_start_single_reading_is_not_a_verdict():
     ([0, 100, 0, 100], "oscillating"),  # a loop sleeping between steps
     ([100, 0], "oscillating"),
     ([60, 40, 30], "oscillating"),
-    ([5], "oscillating"),
+    ([5], "low"),  # never high: not a live loop
+    ([30, 12, 45], "low"),
     ([0, 0, 0], "idle"),
     ([1, 0], "idle"),
-    ([2, 0], "oscillating"),
+    ([2, 0], "low"),
     ([None, 0], "idle"),
     ([None, None], "unknown"),
     ([float("nan"), 100], "busy"),
@@ -292,13 +294,13 @@ def test_memory(mibs, used, holds):
 def test_doc_eight_gpu_example_with_roles():
     report = classify(readings([(i, u, m, 143771) for i, m, u in DOC_EIGHT]), DOC_ROLES)
     assert report.roles == (("target", (0, 1, 2, 3, 4)), ("drafter", (5, 6, 7)))
-    assert report.summary() == ("target 1, 4 busy · 0, 2–3 oscillating · "
+    assert report.summary() == ("target 1, 4 busy · 0, 2–3 low · "
                                 "drafter 6 busy · 5, 7 idle (memory held)")
     assert report.findings == (
         "drafter GPU 5 holds 43 GB, its siblings 75–95 GB: model not loaded or its thread died?",
         "drafter GPUs 5, 7 idle with 43–75 GB held",
     )
-    assert report.lines() == ["target 1, 4 busy · 0, 2–3 oscillating",
+    assert report.lines() == ["target 1, 4 busy · 0, 2–3 low",
                               "drafter 6 busy · 5, 7 idle (memory held)", *report.findings]
     assert all(len(line) <= 45 for line in report.lines()[:2])
     assert [g.index for g in report.in_role("drafter")] == [5, 6, 7]
@@ -310,8 +312,8 @@ def test_doc_eight_gpu_example_with_roles():
 
 def test_doc_example_without_roles_has_no_sibling_finding():
     report = classify(readings([(i, u, m) for i, m, u in DOC_EIGHT]))
-    assert report.summary() == "GPUs 1, 4, 6 busy · 0, 2–3 oscillating · 5, 7 idle (memory held)"
-    assert report.lines()[:3] == ["GPUs 1, 4, 6 busy", "GPUs 0, 2–3 oscillating", "GPUs 5, 7 idle (memory held)"]
+    assert report.summary() == "GPUs 1, 4, 6 busy · 0, 2–3 low · 5, 7 idle (memory held)"
+    assert report.lines()[:3] == ["GPUs 1, 4, 6 busy", "GPUs 0, 2–3 low", "GPUs 5, 7 idle (memory held)"]
     assert report.findings == ("GPUs 5, 7 idle with 43–75 GB held",)
 
 
@@ -426,7 +428,7 @@ def test_classify_never_raises(readings_, roles):
     report.summary()
     report.lines()
     report.idle_with_memory()
-    assert {g.cls for g in report.gpus} <= {"busy", "oscillating", "idle", "unknown"}
+    assert {g.cls for g in report.gpus} <= {"busy", "oscillating", "low", "idle", "unknown"}
     assert [g.index for g in report.gpus] == readings_.indices
 
 
