@@ -1,0 +1,204 @@
+"""The probe: one bash script that gathers every signal in one round trip, and its output split back into sections.
+
+Pure: building the script and splitting its output are string work. Only values from the
+validated configuration reach the script, each quoted with `shlex.quote`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Protocol
+
+from bot.formats import step_grep_ere
+
+# The last bytes of the log sent back whole: enough for the tail, the last bar frames and a
+# traceback, small enough that a sweep of hundreds of runs moves little data.
+WINDOW_BYTES = 64 * 1024
+# Step lines may lie further back than the window (a long traceback, a flood of warnings):
+# look in growing slices from the end, never the whole file, so the cost stays flat in the log's size.
+STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
+STEP_LINES = 8
+LINE_CAP = 2000  # characters kept of one found line: bars can make one line of 100 MB
+GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"
+PROCESS_HINT = r"python|torchrun|deepspeed|accelerate|train"
+
+_NAME = re.compile(r"[a-z][a-z.]*\Z")
+
+
+class ProbeTarget(Protocol):
+    """What the probe needs to know about a run (config.registry.Run satisfies it)."""
+
+    log: str
+    step_pattern: str | None
+    gpu_samples: int
+
+
+def marker(nonce: str) -> bytes:
+    return f"\n@@RB:{nonce}@@ ".encode()
+
+
+def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYTES) -> str:
+    """The whole probe for one run as one bash script.
+
+    Every section starts on a marker line `@@RB:<nonce>@@ <name>` that a log cannot forge
+    (the nonce is fresh per probe). Each part's exit status and stderr come back as sections
+    `<name>.rc` and `<name>.err`, so a failing tool is reported as such, never as "empty".
+    """
+    if not re.fullmatch(r"[A-Za-z0-9]{8,64}", nonce):
+        raise ValueError("nonce must be 8-64 letters or digits")
+    samples = max(1, int(run.gpu_samples))
+    # Readings spread over about a second; nvidia-smi itself takes ~50-100 ms a call.
+    interval = 0.0 if samples == 1 else max(0.02, round(1.0 / (samples - 1) - 0.06, 3))
+    caps = " ".join(str(c) for c in STEP_SEARCH_BYTES)
+    values = {
+        "LOG": run.log,
+        "NONCE": nonce,
+        "WINDOW": str(int(window_bytes)),
+        "STEP_ERE": step_grep_ere(run.step_pattern),
+        "CAPS": caps,
+        "GPU_N": str(samples),
+        "GPU_GAP": f"{interval:g}",
+        "GPU_QUERY": GPU_QUERY,
+        "PROC_HINT": PROCESS_HINT,
+        "STEP_LINES": str(STEP_LINES),
+        "LINE_CAP": str(LINE_CAP),
+    }
+    assigns = "\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
+    return f"{assigns}\n{_BODY}"
+
+
+# The script body is constant: only the assignments above vary, so nothing from a run's
+# configuration is ever spliced into code. It needs bash, coreutils, grep, ps and /proc.
+_BODY = r"""
+export LC_ALL=C
+now() { printf '%s' "${EPOCHREALTIME:-$(date +%s)}"; }
+mark() { printf '\n@@RB:%s@@ %s\n' "$NONCE" "$1"; }
+part() {  # part NAME FUNCTION: stdout as section NAME, then NAME.rc and NAME.err
+  local name=$1 err rc
+  mark "$name"
+  { err=$("$2" 2>&1 1>&3 3>&-); rc=$?; } 3>&1
+  mark "$name.rc"; printf '%s' "$rc"
+  if [ -n "$err" ]; then mark "$name.err"; printf '%s' "${err:0:2000}"; fi
+}
+
+gpu_rounds() {
+  if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@missing'; return 0; fi
+  local i out rc t=''
+  command -v timeout >/dev/null 2>&1 && t='timeout 10'
+  for ((i = 1; i <= GPU_N; i++)); do
+    out=$($t nvidia-smi --query-gpu="$GPU_QUERY" --format=csv,noheader,nounits 2>&1); rc=$?
+    printf '# sample %d t=%s rc=%d\n%s\n' "$i" "$(now)" "$rc" "${out:0:8000}"
+    [ "$rc" -ne 0 ] && break   # a broken driver will not mend within a second
+    ((i < GPU_N)) && sleep "$GPU_GAP"
+  done
+  return 0
+}
+
+meta() {
+  printf 'now=%s\nhost=%s\n' "$(now)" "$(uname -n 2>/dev/null)"
+  if [ -e "$LOG" ]; then
+    stat -L -c 'size=%s mtime=%Y inode=%i' -- "$LOG"
+    [ -r "$LOG" ] || echo 'readable=0'
+  else
+    echo 'exists=0'
+    [ -d "$(dirname -- "$LOG")" ] || echo 'dir=0'
+  fi
+}
+
+window() {
+  [ -r "$LOG" ] || return 0
+  tail -c "$WINDOW" -- "$LOG"
+}
+
+steps() {
+  [ -r "$LOG" ] || return 0
+  local cap size found
+  size=$(stat -L -c %s -- "$LOG") || return 1
+  for cap in $CAPS; do
+    found=$(tail -c "$cap" -- "$LOG" | tr '\r' '\n' | grep -aE -- "$STEP_ERE" | tail -n "$STEP_LINES" | cut -c "1-$LINE_CAP")
+    if [ -n "$found" ]; then printf 'cap=%s\n%s\n' "$cap" "$found"; return 0; fi
+    [ "$cap" -ge "$size" ] && break
+  done
+  echo "cap=$cap"
+}
+
+writers() {
+  [ -e "$LOG" ] || return 0
+  local fd n pid flags k v seen=' ' pids=''
+  for fd in /proc/[0-9]*/fd/*; do
+    [[ $fd -ef $LOG ]] || continue
+    pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}
+    flags=0
+    while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$pid/fdinfo/$n" 2>/dev/null
+    (( (8#$flags & 3) == 0 )) && continue   # opened read-only: a reader (tail -f), not the writer
+    case $seen in *" $pid "*) continue ;; esac
+    seen="$seen$pid "; pids="$pids${pids:+,}$pid"
+  done
+  [ -n "$pids" ] || return 0
+  ps -o pid=,etimes=,args= -p "$pids" | cut -c "1-$LINE_CAP"
+}
+
+ancestors() {  # this probe's own chain (bash, timeout, pct, sshd, or the bot itself): never "the run"
+  local p=$$ rest stat
+  while [ -n "$p" ] && [ "$p" -gt 1 ] 2>/dev/null; do
+    printf '%s\n' "$p"
+    read -r stat < "/proc/$p/stat" 2>/dev/null || break
+    rest=${stat##*) }; set -- $rest; p=$2   # field 4 (ppid), after the parenthesised command
+  done
+}
+
+procs() {
+  local skip
+  skip=" $(ancestors | tr '\n' ' ')"
+  ps -eo pid=,etimes=,args= | awk -v skip="$skip" 'index(skip, " " $1 " ") == 0' \
+    | grep -aE -- "$PROC_HINT" | grep -v -e "$NONCE" | head -n 20 | cut -c 1-300
+}
+
+exec 4< <(gpu_rounds)   # GPU sampling takes ~1 s: let it run while the log is read
+part meta meta
+part window window
+part steps steps
+part writers writers
+part procs procs
+mark gpus; cat <&4
+mark end
+"""
+
+
+@dataclass(frozen=True)
+class Sections:
+    """A probe's output split by section name; missing sections are simply absent."""
+
+    parts: dict[str, bytes]
+
+    def get(self, name: str) -> bytes | None:
+        return self.parts.get(name)
+
+    def text(self, name: str, limit: int = 1 << 20) -> str:
+        raw = self.parts.get(name) or b""
+        return raw[:limit].decode("utf-8", "replace")
+
+    def rc(self, name: str) -> int | None:
+        raw = self.parts.get(f"{name}.rc")
+        try:
+            return int(raw.strip()) if raw is not None else None
+        except ValueError:
+            return None
+
+    @property
+    def complete(self) -> bool:
+        return "end" in self.parts
+
+
+def split_sections(stdout: bytes, nonce: str) -> Sections:
+    """Cut the probe's stdout at its marker lines. Never raises, whatever the bytes."""
+    parts: dict[str, bytes] = {}
+    chunks = (b"\n" + stdout).split(marker(nonce))
+    for chunk in chunks[1:]:
+        name, _, body = chunk.partition(b"\n")
+        key = name.decode("ascii", "replace").strip()
+        if _NAME.match(key) and key not in parts:
+            parts[key] = body
+    return Sections(parts)

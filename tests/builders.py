@@ -1,0 +1,48 @@
+"""Plain-data builders: probe sections as the script would print them, without running anything."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from bot.evidence import Evidence, read_evidence
+from bot.probe import Sections
+
+NOW = 1_796_028_500.0
+
+
+def gpu_section(rounds: Sequence[Sequence[tuple[int, float, float]]], total: float = 143771) -> str:
+    """rounds of (index, MiB used, util %) -> the probe's gpus section body."""
+    out = []
+    for i, rows in enumerate(rounds, 1):
+        out.append(f"# sample {i} t={NOW + i * 0.25} rc=0")
+        out += [f"{idx}, {mem:g}, {total:g}, {util:g}" for idx, mem, util in rows]
+    return "\n".join(out) + "\n"
+
+
+def sections(
+    log: bytes | str | None,
+    *,
+    age: float = 2.0,
+    writers: Sequence[tuple[int, int, str]] = ((692, 40, "python3 train.py"),),
+    processes: Sequence[tuple[int, int, str]] = (),
+    gpus: str = "",
+    steps_section: str = "",
+    now: float = NOW,
+) -> Sections:
+    parts: dict[str, bytes] = {"end": b""}
+    if log is None:
+        parts["meta"] = f"now={now}\nhost=ct200\nexists=0\n".encode()
+    else:
+        data = log.encode() if isinstance(log, str) else log
+        parts["meta"] = f"now={now}\nhost=ct200\nsize={len(data)} mtime={int(now - age)} inode=12\n".encode()
+        parts["window"] = data[-65536:]
+        parts["window.rc"] = b"0"
+        parts["steps"] = steps_section.encode()
+        parts["writers"] = "".join(f"{p} {e} {c}\n" for p, e, c in writers).encode()
+    parts["procs"] = "".join(f"{p} {e} {c}\n" for p, e, c in processes).encode()
+    parts["gpus"] = gpus.encode()
+    return Sections(parts)
+
+
+def evidence(log: bytes | str | None, path: str = "/workspace/train.log", **kw) -> Evidence:
+    return read_evidence(sections(log, **kw), path)

@@ -1,0 +1,173 @@
+"""The diagnosis, table-driven over plain data: (log text, age, writers, GPUs) -> phase and verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.diagnose import diagnose, learned_threshold
+from bot.facts import Step
+from bot.verdict import Level, Phase
+from tests.builders import evidence, gpu_section
+from tests.standins import SHARED_REAL
+
+OK_LOG = (SHARED_REAL / "train_ok.log").read_bytes()
+OOM_LOG = (SHARED_REAL / "train_oom.log").read_bytes()
+BAR_27 = OK_LOG[: OK_LOG.index(b"\rLoading weights:  55%")]  # caught mid-bar, as a probe would
+BAR_DONE = OK_LOG[: OK_LOG.index(b"step=2 ")]
+TEN_STEPS = OK_LOG[: OK_LOG.index(b"step=12 ")]
+NOBODY: tuple = ()
+
+
+@dataclass
+class Run:
+    name: str = "dflash"
+    log: str = "/workspace/train.log"
+    silence_after: float | None = 600.0
+    loading_grace: float = 2700.0
+    gpus: dict = field(default_factory=dict)
+
+    @property
+    def roles(self):
+        return self.gpus
+
+
+THREAD_DEATH = (
+    "step=10 loss=2.5 tok/s=14000\n"
+    "Exception in thread drafter-1:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/threading.py", line 1075, in _bootstrap_inner\n'
+    "    self.run()\n"
+    '  File "/workspace/train.py", line 40, in run\n'
+    "    raise RuntimeError(\"drafter lost its queue\")\n"
+    "RuntimeError: drafter lost its queue\n"
+    "step=12 loss=2.4 tok/s=14100\n"
+    "step=14 loss=2.4 tok/s=14150\n"
+)
+TORCHRUN = """step: 120  loss:  3.1  memory: 30.12GiB(38.02%)  tps: 14,213
+[rank3]:[E ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600030 milliseconds before timing out.
+W1130 10:00:00.000000 123 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 101 closing signal SIGTERM
+E1130 10:00:01.000000 123 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) local_rank: 3 (pid: 104) of binary: /usr/bin/python3
+Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-30_10:00:01
+  host      : gpu1
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 101)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 101
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_10:00:01
+  host      : gpu1
+  rank      : 3 (local_rank: 3)
+  exitcode  : -6 (pid: 104)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 104
+============================================================
+"""
+HF_SAVE = (
+    "{'loss': 2.31, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.12}\n"
+    "Saving model checkpoint to /workspace/out/checkpoint-1000\n"
+)
+EVAL_BAR = "{'loss': 2.31, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.12}\n***** Running Evaluation *****\n\rEvaluating:  40%|####      | 100/250 [00:10<00:15, 9.80it/s]"
+MEGATRON = " iteration       10/    1000 | consumed samples: 640 | elapsed time per iteration (ms): 1234.5 | learning rate: 1.0E-04 | lm loss: 7.399415E+00 | loss scale: 1.0 |\n"
+NANO = "iter 10: loss 4.2345, time 120.45ms, mfu 31.20%\n"
+TITAN = "\x1b[31mstep: 10  \x1b[32mloss:  7.1234  \x1b[33mmemory: 30.12GiB(38.02%)  \x1b[34mtps: 14,213\x1b[39m\n"
+
+BUSY2 = [[(0, 70000, 100), (1, 70000, 100)]] * 3
+IDLE_DRAFTER = [[(0, 70000, 100), (1, 4, 0)], [(0, 70000, 0), (1, 4, 0)], [(0, 70000, 90), (1, 4, 0)]]
+SPIN = [[(0, 70000, 100), (1, 70000, 0)]] * 4
+
+CASES = [
+    # id, log, probe kwargs, run kwargs, phase, level, headline must contain
+    ("no log", None, {}, {}, Phase.NO_LOG, Level.CRIT, "log not found: /workspace/train.log"),
+    ("importing", b"", {"writers": [(692, 12, "python3 train.py")]}, {}, Phase.STARTING, Level.NOTE,
+     "started 12 s ago, no output yet (importing?)"),
+    ("loading mid-bar", BAR_27, {}, {}, Phase.LOADING, Level.NOTE,
+     "no steps yet — loading weights 27% (59/219) — Target 0 on cuda:0"),
+    ("bar closed, no step yet", BAR_DONE, {}, {}, Phase.LOADING, Level.NOTE, "waiting for the first step"),
+    ("training", TEN_STEPS, {"age": 1}, {}, Phase.TRAINING, Level.OK, "step 10 · 41.3K tok/s · loss 10.77 · 1 s ago"),
+    ("silent training", TEN_STEPS, {"age": 720}, {}, Phase.SILENT, Level.CRIT, "silent 12 min — last step 10; process alive"),
+    ("silent names idle GPUs", TEN_STEPS, {"age": 720, "gpus": gpu_section([[(0, 70000, 0), (1, 70000, 0)]] * 3)},
+     {}, Phase.SILENT, Level.CRIT, "GPUs 0–1 idle"),
+    ("stuck collective", TEN_STEPS, {"age": 720, "gpus": gpu_section(SPIN)}, {}, Phase.SILENT, Level.CRIT,
+     "GPU 0 at 100 % with no new steps (stuck in a collective?), waiting on idle GPU 1"),
+    ("loading is allowed its grace", BAR_27, {"age": 1200}, {}, Phase.LOADING, Level.NOTE, "loading weights 27%"),
+    ("loading past its grace", BAR_27, {"age": 3000}, {}, Phase.SILENT, Level.CRIT,
+     "silent 50 min — while no steps yet — loading weights 27% (59/219)"),
+    ("crashed OOM", OOM_LOG, {"writers": NOBODY, "age": 5}, {}, Phase.CRASHED, Level.CRIT,
+     "crashed — torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 372.53 GiB. … at step 10; process gone"),
+    ("traceback but still alive", OOM_LOG, {"age": 5}, {}, Phase.CRASHED, Level.CRIT, "still alive"),
+    ("finished", OK_LOG, {"writers": NOBODY, "age": 60}, {}, Phase.FINISHED, Level.OK, "finished — last step 60"),
+    ("stopped without a word", TEN_STEPS, {"writers": NOBODY, "age": 300}, {}, Phase.STOPPED, Level.CRIT,
+     "stopped — process gone after step 10"),
+    ("empty and nobody writes", b"", {"writers": NOBODY, "age": 300}, {}, Phase.STOPPED, Level.CRIT, "not running"),
+    ("thread died", THREAD_DEATH, {"age": 1}, {}, Phase.THREAD_DIED, Level.WARN,
+     "training, but thread drafter-1 died: RuntimeError: drafter lost its queue"),
+    ("torchrun root cause", TORCHRUN, {"writers": NOBODY}, {}, Phase.CRASHED, Level.CRIT,
+     "rank 3 exited with -6"),
+    ("saving", HF_SAVE, {"age": 720}, {}, Phase.SAVING, Level.NOTE, "saving checkpoint at step 1000 — 12 min so far"),
+    ("evaluating", EVAL_BAR, {"age": 30}, {}, Phase.EVALUATING, Level.NOTE, "evaluating 40% (100/250)"),
+    ("megatron", MEGATRON, {}, {}, Phase.TRAINING, Level.OK, "step 10/1000 · loss 7.399"),
+    ("nanogpt", NANO, {}, {}, Phase.TRAINING, Level.OK, "step 10 · loss 4.234"),
+    ("torchtitan", TITAN, {}, {}, Phase.TRAINING, Level.OK, "step 10 · 14.2K tok/s · loss 7.123"),
+    ("hf dict", HF_SAVE.splitlines()[0], {}, {}, Phase.TRAINING, Level.OK, "loss 2.31"),
+    ("idle drafter while training", TEN_STEPS, {"gpus": gpu_section(IDLE_DRAFTER)},
+     {"gpus": {"target": [0], "drafter": [1]}}, Phase.TRAINING, Level.WARN, "drafter GPUs idle"),
+    ("busy roles are fine", TEN_STEPS, {"gpus": gpu_section(BUSY2)},
+     {"gpus": {"target": [0], "drafter": [1]}}, Phase.TRAINING, Level.OK, "step 10"),
+]
+
+
+@pytest.mark.parametrize("log, probe, run, phase, level, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_verdicts(log, probe, run, phase, level, words):
+    v = diagnose(evidence(log, **probe), Run(**run))
+    assert (v.phase, v.level) == (phase, level), v.headline
+    assert words in v.headline
+
+
+def test_idle_gpus_while_loading_are_said_calmly():
+    v = diagnose(evidence(BAR_27, gpus=gpu_section([[(0, 3000, 10), (1, 4, 0)]] * 3)), Run())
+    assert any("expected while loading" in text for label, text in v.facts if label == "GPUs")
+
+
+def test_verdict_concerns_are_machine_readable():
+    assert diagnose(evidence(TEN_STEPS, age=720), Run()).concerns == ("silent",)
+    v = diagnose(evidence(THREAD_DEATH, age=1), Run())
+    assert v.concerns == ("thread_died:drafter-1",)
+
+
+def test_auto_threshold_learns_from_the_step_interval():
+    steps = [Step(line="", step=i, elapsed=i * 2.0) for i in range(10)]
+    assert learned_threshold(steps) == 120.0  # 8 x 2 s, raised to the floor
+    slow = [Step(line="", step=i, elapsed=i * 100.0) for i in range(10)]
+    assert learned_threshold(slow) == 800.0
+    assert learned_threshold(steps[:2]) is None
+    log = "".join(f"step={i} loss=1.0 elapsed={i * 100}s\n" for i in range(10))
+    assert diagnose(evidence(log, age=700), Run(silence_after=None)).phase is Phase.TRAINING
+    assert diagnose(evidence(log, age=900), Run(silence_after=None)).phase is Phase.SILENT
+
+
+def test_the_remote_clock_is_used_not_ours():
+    # The remote clock is an hour ahead of the test machine's: age is still 2 s.
+    v = diagnose(evidence(TEN_STEPS, age=2, now=2_000_000_000.0), Run())
+    assert v.phase is Phase.TRAINING and "2 s ago" in v.headline
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=3000), st.floats(0, 1e6), st.booleans())
+def test_diagnose_never_raises(log, age, alive):
+    v = diagnose(evidence(log, age=age, writers=[(1, 5, "python3 x.py")] if alive else ()), Run())
+    assert v.headline and "\n" not in v.headline

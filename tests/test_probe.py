@@ -1,0 +1,147 @@
+"""The probe script: quoting, sections, and what real bash does with hostile logs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.probe import build_script, marker, split_sections
+from bot.runners import LocalRunner
+from tests.standins import fake_nvidia_smi, path_with, writer_holding
+
+NONCE = "abcdef0123456789"
+
+
+@dataclass
+class Target:
+    log: str
+    step_pattern: str | None = None
+    gpu_samples: int = 1
+
+
+def probe(target: Target, env: dict | None = None) -> tuple:
+    result = asyncio.run(LocalRunner(env).run(build_script(target, NONCE), timeout=30))
+    return result, split_sections(result.stdout, NONCE)
+
+
+def test_every_section_is_present_with_its_exit_status(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step=1 loss=2.0 tok/s=10\n")
+    result, s = probe(Target(str(log)))
+    assert result.exit_status == 0
+    assert s.complete
+    for part in ("meta", "window", "steps", "writers", "procs"):
+        assert s.rc(part) == 0, (part, s.parts)
+    assert b"size=25" in s.get("meta")
+    assert s.get("window") == b"step=1 loss=2.0 tok/s=10\n"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["with space.log", "it's.log", 'dq".log', "$(touch PWNED).log", "`touch PWNED`.log", "semi;touch PWNED.log", "-n.log"],
+)
+def test_hostile_log_paths_are_data_not_code(tmp_path, name, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / name
+    log.write_text("step=3 loss=1.0\n")
+    _, s = probe(Target(str(log)))
+    assert not (tmp_path / "PWNED").exists()
+    assert s.get("window") == b"step=3 loss=1.0\n"
+    assert b"exists=0" not in s.get("meta")
+
+
+def test_a_log_cannot_forge_a_section(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"x\n@@RB:0000000000000000@@ meta\nnow=1\nexists=0\n")
+    _, s = probe(Target(str(log)))
+    assert b"exists=0" not in s.get("meta")
+    assert s.get("window").endswith(b"exists=0\n")
+
+
+def test_missing_log_and_missing_folder(tmp_path):
+    _, s = probe(Target(str(tmp_path / "nope" / "train.log")))
+    meta = s.text("meta")
+    assert "exists=0" in meta and "dir=0" in meta
+    assert "window" in s.parts and s.get("window") == b""
+
+
+def test_the_window_reads_only_the_end_of_a_huge_line(tmp_path):
+    log = tmp_path / "bar.log"
+    frames = b"".join(b"\rLoading weights: %3d%%|#  | %d/851 [00:01<00:03, 199.62it/s]" % (i * 100 // 851, i) for i in range(851))
+    log.write_bytes(b"  Target 1 on cuda:1...\n" + frames * 60)  # one line of several MB, no newline
+    _, s = probe(Target(str(log)))
+    window = s.get("window")
+    assert len(window) == 65536
+    assert window.endswith(b"850/851 [00:01<00:03, 199.62it/s]")
+
+
+def test_step_lines_far_before_the_window_are_still_found(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"step=41 loss=2.5 tok/s=900\n" + b"UserWarning: something noisy\n" * 20000)
+    _, s = probe(Target(str(log)))
+    steps = s.text("steps")
+    assert "step=41 loss=2.5" in steps
+    assert b"step=41" not in s.get("window")
+
+
+def test_nul_bytes_and_invalid_utf8_pass_through(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"\x00\x00\xff\xfe garbage\nstep=5 loss=\xe9 1.0\n")
+    result, s = probe(Target(str(log)))
+    assert result.exit_status == 0 and s.complete
+    assert s.get("window").startswith(b"\x00\x00\xff")
+
+
+def test_writer_is_found_and_a_reader_is_not(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("hello\n")
+    with writer_holding(log) as w:
+        _, s = probe(Target(str(log)))
+        assert s.text("writers").split()[0] == str(w.pid)
+    with writer_holding(log, mode="<"):
+        _, s = probe(Target(str(log)))
+        assert s.text("writers").strip() == ""
+
+
+def test_gpu_samples_are_spread_over_about_a_second(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_nvidia_smi(bin_dir, ["0, 100, 143771, 5\n"])
+    started = time.monotonic()
+    _, s = probe(Target(str(tmp_path / "x.log"), gpu_samples=5), path_with(bin_dir))
+    took = time.monotonic() - started
+    assert s.text("gpus").count("# sample") == 5
+    assert 0.6 < took < 3.0
+
+
+def test_missing_nvidia_smi_is_said(tmp_path):
+    _, s = probe(Target(str(tmp_path / "x.log")), {"PATH": "/usr/bin:/bin"})
+    assert s.text("gpus").strip() == "@missing"
+
+
+def test_failing_nvidia_smi_stops_sampling_and_keeps_its_text(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_nvidia_smi(bin_dir, ["No devices were found\n"], rc=6)
+    _, s = probe(Target(str(tmp_path / "x.log"), gpu_samples=5), path_with(bin_dir))
+    gpus = s.text("gpus")
+    assert gpus.count("# sample") == 1 and "rc=6" in gpus and "No devices were found" in gpus
+
+
+def test_nonce_must_be_plain():
+    with pytest.raises(ValueError):
+        build_script(Target("/x"), "bad nonce; rm")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4000), st.lists(st.sampled_from(["meta", "window", "gpus", "end", "x.rc", "??"]), max_size=6))
+def test_split_sections_never_raises(noise, names):
+    data = noise + b"".join(marker(NONCE) + n.encode() + b"\n" + noise[:50] for n in names)
+    s = split_sections(data, NONCE)
+    for name in s.parts:
+        s.text(name)
+        s.rc(name)
