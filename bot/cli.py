@@ -1,0 +1,136 @@
+"""The `runbot` command line: argument parsing and wiring, nothing clever (shell)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from bot import render_text
+from bot.checkup import check
+from bot.targets import Targets
+from bot.verdict import Phase, Verdict
+from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
+from config.settings import Settings, config_path, load_settings
+
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
+TAIL_DEFAULT, TAIL_MAX = 20, 200
+RUNS_CONCURRENCY = 32
+
+
+class UsageError(Exception):
+    """Bad arguments: exit 2 with the message."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="runbot", description="What are my training runs doing? One line each.")
+    p.add_argument("--config", metavar="PATH", help="runs file (default: $RUNBOT_CONFIG, else config/runs.toml)")
+    p.add_argument("--save-probe", metavar="DIR", type=Path, help="keep each probe's raw output in DIR (for replays)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, text in (("status", "the verdict and its evidence"), ("gpus", "per-GPU classification, by role")):
+        sub.add_parser(name, help=text).add_argument("run", help="run name or a unique prefix")
+    t = sub.add_parser("tail", help="the last lines of the log, cleaned")
+    t.add_argument("run", help="run name or a unique prefix")
+    t.add_argument("-n", type=int, default=TAIL_DEFAULT, help=f"lines (default {TAIL_DEFAULT}, at most {TAIL_MAX})")
+    sub.add_parser("runs", help="every run with its one-line verdict")
+    sub.add_parser("check-config", help="validate the configuration and say what it found")
+    sub.add_parser("serve", help="run the Slack bot and its watchdog")
+    d = sub.add_parser("demo", help="the whole product on this machine, no Slack, no cluster")
+    d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed its message
+        return EXIT_OK if exc.code == 0 else EXIT_USAGE
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "demo":
+        from bot.demo import run_demo  # noqa: PLC0415 - only the demo needs it
+
+        return run_demo(fast=args.fast)
+    try:
+        settings = load_settings()
+        registry = load_registry(config_path(args.config, settings), env_state_db=settings.runbot_state_db)
+    except ConfigError as exc:
+        print(f"runbot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _dispatch(args, registry, settings)
+    except UnknownRun as exc:
+        print(f"runbot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
+        print(f"runbot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) -> int:
+    if args.command == "check-config":
+        print(_describe_config(registry))
+        return EXIT_OK
+    if args.command == "serve":
+        from bot.serve import serve  # noqa: PLC0415 - Slack libraries only for the bot
+
+        return serve(registry, settings)
+    if args.command == "runs":
+        rows = asyncio.run(_check_all(registry, args.save_probe))
+        print(render_text.runs(rows))
+        return EXIT_OK
+    if args.command == "tail" and not 1 <= args.n <= TAIL_MAX:
+        raise UsageError(f"tail -n takes 1 to {TAIL_MAX} lines, not {args.n}")
+    run = registry.resolve(args.run)
+    verdict = asyncio.run(_check_one(registry, run, args.save_probe))
+    if args.command == "status":
+        print(render_text.status(verdict, where=_where(run)))
+    elif args.command == "gpus":
+        print(render_text.gpus(verdict))
+    else:
+        print(render_text.tail(verdict, args.n))
+    return EXIT_UNREACHABLE if verdict.phase is Phase.UNREACHABLE else EXIT_OK
+
+
+async def _check_one(registry: Registry, run: Run, save: Path | None) -> Verdict:
+    targets = Targets(registry)
+    try:
+        return await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save)
+    finally:
+        await targets.close()
+
+
+async def _check_all(registry: Registry, save: Path | None) -> list[tuple[str, Verdict]]:
+    targets = Targets(registry)
+    gate = asyncio.Semaphore(RUNS_CONCURRENCY)
+
+    async def one(run: Run) -> tuple[str, Verdict]:
+        async with gate:
+            return run.name, await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save)
+
+    try:
+        return list(await asyncio.gather(*(one(r) for r in registry.runs.values())))
+    finally:
+        await targets.close()
+
+
+def _where(run: Run) -> str:
+    place = "local" if run.is_local else run.host + (f" CT {run.container}" if run.container is not None else "")
+    return f"{place} · {run.log}"
+
+
+def _describe_config(registry: Registry) -> str:
+    lines = [f"{registry.path}: OK — {len(registry.runs)} run(s), {len(registry.hosts)} host(s)"]
+    for host in registry.hosts.values():
+        lines.append(f"  host {host.name}: {host.user}@{host.address}:{host.port}" + (f" via {host.jump}" if host.jump else ""))
+    for run in registry.runs.values():
+        roles = ", ".join(f"{r}={list(i)}" for r, i in run.roles.items())
+        silence = "auto" if run.silence_after is None else format_duration(run.silence_after)
+        lines.append(f"  run {run.name}: {_where(run)} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
+    lines.append(f"  watchdog: every {format_duration(registry.bot.check_every)} · alerts to {registry.bot.alert_channel or '(none set)'}")
+    lines.append(f"  state: {registry.bot.state_db}")
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""Pure: a Verdict as plain text for the terminal (status, gpus, tail, runs). Secrets redacted here."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from bot.gpus import format_indices
+from bot.redact import redact_secrets
+from bot.verdict import Level, Verdict
+
+LEVEL_WORD = {Level.OK: "ok", Level.NOTE: "note", Level.WARN: "WARN", Level.CRIT: "CRIT"}
+
+
+def _safe(text: str) -> str:
+    return redact_secrets(text)
+
+
+def status(v: Verdict, *, where: str = "") -> str:
+    """First line: the verdict. Then aligned facts, then any probe problems."""
+    lines = [_safe(v.headline)]
+    rows = [("run", f"{v.run}{f' ({where})' if where else ''} · {v.phase.value}")]
+    rows += list(v.facts)
+    rows += [("problem", p) for p in v.problems]
+    width = max(len(label) for label, _ in rows)
+    lines += [f"  {label:<{width}}  {_safe(text)}" for label, text in rows]
+    return "\n".join(lines)
+
+
+def gpus(v: Verdict) -> str:
+    """Per-GPU classification over the samples, grouped by role."""
+    head = _safe(v.headline)
+    report = v.gpu
+    if report is None or not v.reached:
+        return f"{head}\n  no GPU readings (the run could not be probed)"
+    if report.error and not report.gpus:
+        return f"{head}\n  {report.error}"
+    lines = [head, f"  {report.summary()}"]
+    roles = [(role, list(idx)) for role, idx in report.roles]
+    placed = {i for _, idx in roles for i in idx}
+    others = [g.index for g in report.gpus if g.index not in placed]
+    if others:
+        roles.append(("other" if roles else "GPUs", others))
+    for role, indices in roles:
+        lines.append(f"  {role} ({format_indices(indices)})")
+        for i in indices:
+            g = report.by_index(i)
+            if g is None:
+                lines.append(f"    GPU {i}: not reported")
+                continue
+            utils = " ".join("?" if u is None else f"{u:.0f}" for u in g.utils)
+            mem = _mem(g.mem_used_mib, g.mem_total_mib)
+            lines.append(f"    GPU {g.index}: {g.cls:<11} {mem:<16} util % {utils}")
+    lines += [f"  ! {f}" for f in report.findings]
+    if report.error:
+        lines.append(f"  ! {report.error}")
+    return "\n".join(lines)
+
+
+def _mem(used: float | None, total: float | None) -> str:
+    if used is None:
+        return "mem ?"
+    gb = used / 1024
+    text = f"{gb:.0f} GB" if gb >= 10 else f"{gb:.1f} GB"
+    return f"{text}/{total / 1024:.0f} GB" if total else text
+
+
+def tail(v: Verdict, n: int = 20) -> str:
+    """The verdict line, then the last n log lines (bars collapsed, colours stripped, secrets redacted)."""
+    if not v.reached:
+        return _safe(v.headline)
+    body = v.tail[-n:] if n > 0 else ()
+    if not body:
+        return f"{_safe(v.headline)}\n  (the log is empty)"
+    return "\n".join([_safe(v.headline), *(_safe(line) for line in body)])
+
+
+def runs(rows: Iterable[tuple[str, Verdict]]) -> str:
+    """One line per run: name, level, verdict."""
+    rows = list(rows)
+    if not rows:
+        return "no runs configured"
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {LEVEL_WORD[v.level]:<4}  {_safe(v.headline)}" for name, v in rows)
