@@ -1,0 +1,54 @@
+"""Proxmox `pct exec` failures, read from their text because pct's exit code is unreliable."""
+
+from __future__ import annotations
+
+import re
+
+# pct (Perl) dies before running anything, so its message is the whole of stderr's first
+# lines; the command's own output can never produce these because it never ran. Patterns are
+# anchored at a line start (after an optional "ERROR: "/"Error: ") so a log line quoted later
+# in stderr by the probe does not match.
+_PREFIX = r"^(?:error:\s*)?"
+_STOPPED = re.compile(
+    _PREFIX
+    + r"(?:container\s+'?(?P<id>\d+)'?\s+(?:is\s+)?not\s+running"
+    r"|CT\s+'?(?P<id2>\d+)'?\s+(?:is\s+)?not\s+running"
+    r"|lxc-attach:.*(?:failed to get init pid|is not running))",
+    re.IGNORECASE | re.MULTILINE,
+)
+_MISSING = re.compile(
+    _PREFIX
+    + r"(?:configuration file '(?:nodes/(?P<node>[^/']+)/)?(?:lxc|openvz)/(?P<id>\d+)\.conf' does not exist"
+    r"|unable to find configuration file for (?:VM|CT) '?(?P<id2>\d+)'?"
+    r"|no such (?:VM|CT|container) \(?'?(?P<id3>\d+)'?\)?"
+    r"|(?:VM|CT|container) '?(?P<id4>\d+)'? does not exist)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_NO_PCT = re.compile(r"^(?:bash|sh)?[^\n]*\bpct: (?:command )?not found", re.MULTILINE)
+_NO_BASH = re.compile(
+    r"^lxc-attach:.*(?:failed to exec \"?bash|no such file or directory - failed to exec)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_NOT_ROOT = re.compile(r"^(?:error:\s*)?(?:only root can|permission denied - )", re.IGNORECASE | re.MULTILINE)
+
+
+def pct_failure(stdout_text: str, stderr_text: str, ct: int, host_name: str) -> str | None:
+    """The user-facing verdict when `pct exec <ct>` failed before running the probe, else None."""
+    out = stdout_text.strip()
+    if "\n" in out:
+        return None  # the probe ran and printed its report: pct did not fail
+    # pct writes to stderr; a one-line stdout counts too, for wrappers that merge the streams.
+    texts = [stderr_text, out] if out else [stderr_text]
+    for text in texts:
+        head = text[:4096]  # pct's message comes first; do not scan a huge stderr
+        if _MISSING.search(head):
+            return f"container {ct} is not on host {host_name} (pct has no config for it there)"
+        if _STOPPED.search(head):
+            return f"container {ct} is stopped on host {host_name}"
+        if _NO_PCT.search(head):
+            return f"`pct` was not found on host {host_name}: is it a Proxmox host? (or drop `container` for this run)"
+        if _NO_BASH.search(head):
+            return f"container {ct} on host {host_name} has no bash to run the probe"
+        if _NOT_ROOT.search(head):
+            return f"pct on host {host_name} refused our user: it needs root (set user = \"root\" for this host)"
+    return None
