@@ -163,12 +163,19 @@ def _gpu_fact(gpu: GpuReport, phase: Phase) -> str | None:
 def _stuck_collective(gpu: GpuReport) -> str | None:
     """Busy in every sample while the log is silent: a rank spinning in a collective, waiting for a
     peer whose GPU sits idle (or whose process is gone). Names both sides."""
-    spinning = [g.index for g in gpu.gpus if g.cls == "busy" and g.utils and all((u or 0) >= 90 for u in g.utils)]
+    spinning = [g for g in gpu.gpus if g.cls == "busy" and g.utils and all((u or 0) >= 90 for u in g.utils)]
     if not spinning:
         return None
-    idle = [g.index for g in gpu.gpus if g.cls == "idle"]
-    text = f"GPU {format_indices(spinning)} at 100 % with no new steps (stuck in a collective?)"
-    return text + (f", waiting on idle GPU {format_indices(idle)}" if idle else "")
+    idle = [g for g in gpu.gpus if g.cls == "idle"]
+    text = f"{_gpu_names(spinning)} at 100 % with no new steps (stuck in a collective?)"
+    return text + (f", waiting on idle {_gpu_names(idle)}" if idle else "")
+
+
+def _gpu_names(states) -> str:
+    """"target GPU 0", "drafter GPUs 5–7", or "GPU 0" when no role is configured."""
+    roles = {g.role for g in states}
+    role = f"{roles.pop()} " if len(roles) == 1 and None not in roles else ""
+    return f"{role}GPU{'s' if len(states) > 1 else ''} {format_indices(g.index for g in states)}"
 
 
 def diagnose(

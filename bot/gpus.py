@@ -317,8 +317,8 @@ def _classify_one(utils: Sequence[float | None]) -> str:
     high = sum(u >= BUSY_MIN_PCT for u in numbers)
     if high > BUSY_MIN_SHARE * len(numbers):
         return "busy"
-    # Never high, not quite zero: weights being copied in, a trickle of work. Calling that
-    # "oscillating" (seen on the real GPU run: 0 2 1 2 2 % while loading) would suggest a live loop.
+    # Never high, not quite zero: weights being copied in (0 2 1 2 2 % on the real GPU run), or
+    # short bursts the sampling mostly missed. "Oscillating" would promise a loop seen working.
     return "oscillating" if high else "low"
 
 

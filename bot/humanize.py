@@ -54,5 +54,12 @@ def percent_change(new: float, old: float) -> str:
 
 
 def trim(text: str, limit: int) -> str:
+    """Squash whitespace and cut at a word boundary: "closed after 37…" must not stand for 3734."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"

@@ -142,8 +142,11 @@ writers() {
 
 ancestors() {  # this probe's own chain (bash, timeout, pct, sshd, or the bot itself): never "the run"
   local p=$$ rest stat
-  while [ -n "$p" ] && [ "$p" -gt 1 ] 2>/dev/null; do
+  # pid 1 counts only when it really is an ancestor (a test's PID namespace); a process
+  # attached from outside (pct exec, docker exec) has ppid 0 and never reaches it.
+  while [ -n "$p" ] && [ "$p" -gt 0 ] 2>/dev/null; do
     printf '%s\n' "$p"
+    [ "$p" -eq 1 ] && break
     read -r stat < "/proc/$p/stat" 2>/dev/null || break
     rest=${stat##*) }; set -- $rest; p=$2   # field 4 (ppid), after the parenthesised command
   done
@@ -152,7 +155,10 @@ ancestors() {  # this probe's own chain (bash, timeout, pct, sshd, or the bot it
 procs() {
   local skip
   skip=" $(ancestors | tr '\n' ' ')"
-  ps -eo pid=,etimes=,args= | awk -v skip="$skip" 'index(skip, " " $1 " ") == 0' \
+  # Snapshot first: a ps piped into grep would list that grep, whose arguments match the hint.
+  local list
+  list=$(ps -eo pid=,etimes=,args=) || return 1
+  printf '%s\n' "$list" | awk -v skip="$skip" 'index(skip, " " $1 " ") == 0' \
     | grep -aE -- "$PROC_HINT" | grep -v -e "$NONCE" | head -n 20 | cut -c 1-300
 }
 
