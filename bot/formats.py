@@ -17,16 +17,19 @@ _RATE_UNIT = (r"(?i:tok(?:en)?s?/s(?:ec(?:ond)?)?|it/s|s/it|steps?/s|samples?/s(
               r"img/s|images/s|seqs?/s)")
 # key=value / key: value anywhere; `step 10`, `loss 2.3` for a few well-known keys; `41.3k tok/s`.
 _PAIR = re.compile(
-    rf"(?<![A-Za-z0-9_])(?P<k>[A-Za-z][A-Za-z0-9_./-]{{0,40}})[ \t]*[=:][ \t]*\[?(?P<v>{_NUM})(?:{_TOTAL.format('t')})?(?P<u>[A-Za-z%]*)"
+    rf"(?<![A-Za-z0-9_])(?P<k>[A-Za-z][A-Za-z0-9_./-]{{0,40}})[ \t]*[=:][ \t]*\[?"
+    rf"(?P<v>{_NUM})(?:{_TOTAL.format('t')})?(?P<u>[A-Za-z%]*)"
     rf"|(?<![A-Za-z0-9_])(?P<wk>(?i:step|iter|iteration|epoch|loss|lr))[ \t]+\[?(?P<wv>{_NUM})(?:{_TOTAL.format('wt')})?"
-    rf"|(?<![\w.])(?P<rv>{_NUM})[ \t]?(?P<rm>[kKMG])?[ \t]*(?P<ru>{_RATE_UNIT})(?![A-Za-z])"
+    rf"|(?<![\w.])(?P<rv>{_NUM})[ \t]?(?P<rm>[kKMG])?[ \t]*(?P<ru>{_RATE_UNIT})(?![A-Za-z])(?![ \t]*[=:])"
 )
 # In order of preference; `steps` (DeepSpeed's pipeline engine) is plural like prose ("warmup
 # steps: 100"), so it only counts beside a loss. `num_updates` is fairseq's step.
 _STEP_KEYS = ("globalstep", "trainer/globalstep", "train/globalstep", "step", "iteration", "iter", "numupdates", "steps")
 _RATE_KEYS = (  # (normalised key pattern, unit); a leading "s/…" key is a duration, inverted
-    (re.compile(r"(?:tok|token)s?(?:/s(?:ec(?:ond)?)?|pers(?:ec(?:ond)?)?)(?:/?(?:per)?(?:gpu|device))?$|^(?:tps|wps|tgs)$"), "tok/s"),
-    (re.compile(r"(?:sample|samples|ex|example|examples|seq|seqs|sequences)(?:/s(?:ec(?:ond)?)?|pers(?:ec(?:ond)?)?)$"), "samples/s"),
+    (re.compile(r"(?:tok|token)s?(?:/s(?:ec(?:ond)?)?|pers(?:ec(?:ond)?)?)(?:/?(?:per)?(?:gpu|device))?$|^(?:tps|wps|tgs)$"),
+     "tok/s"),
+    (re.compile(r"(?:sample|samples|ex|example|examples|seq|seqs|sequences)(?:/s(?:ec(?:ond)?)?|pers(?:ec(?:ond)?)?)$"),
+     "samples/s"),
     (re.compile(r"^(?:train)?(?:it|iter|iters|step|steps)(?:/s(?:ec)?|pers(?:ec(?:ond)?)?)$"), "it/s"),
     (re.compile(r"^(?:img|imgs|images)(?:/s|pers(?:ec)?)$"), "img/s"),
     (re.compile(r"^(?:s|sec)/it$"), "s/it"),
@@ -80,7 +83,8 @@ def _rate(key: str, value: float) -> tuple[float, str] | None:
 def _pick_loss(found: dict[str, float]) -> float | None:
     """Training loss over evaluation loss: `loss` > `train_loss`… > any *loss > val/eval/test loss."""
     losses = [k for k in found if "loss" in k and "scale" not in k]
-    for pool in (["loss", "trainloss", "train/loss", "lmloss"], [k for k in losses if not k.startswith(("val", "eval", "test"))], losses):
+    training = [k for k in losses if not k.startswith(("val", "eval", "test"))]
+    for pool in (["loss", "trainloss", "train/loss", "lmloss"], training, losses):
         for key in pool:
             if key in found:
                 return found[key]
@@ -133,7 +137,8 @@ def _fields(found: dict) -> dict:
 
 
 _CODE_CALL = re.compile(r"(?<![\w.])[A-Za-z_][\w.]{0,80}\([^()]*\b(?:step|iter|global_step)[ \t]*=")
-_NOT_KV = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception)|^[\w.]*(?:Error|Exception|Warning)\b:')
+_NOT_KV = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception)'
+                     r"|^[\w.]*(?:Error|Exception|Warning)\b:")
 
 
 def _kv(text: str) -> dict | None:
@@ -147,7 +152,8 @@ def _kv(text: str) -> dict | None:
     return None
 
 
-_MEGATRON = re.compile(r"(?i)(?:\biteration[ \t]+(\d+)[ \t]*(?:/[ \t]*(\d+))?|validation loss at iteration[ \t]+(\d+)[^|]*)[ \t]*\|(.*)")
+_MEGATRON = re.compile(r"(?i)(?:\biteration[ \t]+(\d+)[ \t]*(?:/[ \t]*(\d+))?"
+                       r"|validation loss at iteration[ \t]+(\d+)[^|]*)[ \t]*\|(.*)")
 _MEGATRON_RATES = (("tokens per second", "tok/s"), ("tokens/sec", "tok/s"), ("tgs", "tok/s/GPU"),
                    ("samples per second", "samples/s"), ("tflop/s/gpu", "TFLOP/s/GPU"), ("throughput", None))
 
@@ -184,7 +190,8 @@ def _torchtitan(text: str) -> dict | None:
     return out
 
 
-_NANO = re.compile(rf"(?i)\biter[ \t]+(\d+):[ \t]*loss[ \t]+({_NUM})|\bstep[ \t]+(\d+):[ \t]*train loss[ \t]+({_NUM}),[ \t]*val loss")
+_NANO = re.compile(rf"(?i)\biter[ \t]+(\d+):[ \t]*loss[ \t]+({_NUM})"  # training
+                   rf"|\bstep[ \t]+(\d+):[ \t]*train loss[ \t]+({_NUM}),[ \t]*val loss")  # evaluation
 
 
 def _nanogpt(text: str) -> dict | None:
@@ -215,7 +222,9 @@ def _hf(text: str) -> dict | None:
     return out
 
 
-_RICH_EPOCH = re.compile(rf"^Epoch[ \t]+(\d+)(?:/\d+)?[ \t]+[━╸╺╾╼─ -]*[ \t](\d+)/(\d+)[ \t]+\S+[ \t]*•[ \t]*\S+[ \t]*(?:({_NUM})it/s)?(.*)$")
+_RICH_EPOCH = re.compile(  # `Epoch 3/9  ━━━╸━━ 450/1000 0:00:30 • 0:00:37 14.80it/s v_num: 0 train_loss: 0.123`
+    rf"^Epoch[ \t]+(\d+)(?:/\d+)?[ \t]+[━╸╺╾╼─ -]*[ \t](\d+)/(\d+)[ \t]+\S+[ \t]*•[ \t]*\S+[ \t]*"
+    rf"(?:({_NUM})it/s)?(.*)$")
 _EPOCH_DESC = re.compile(r"^Epoch[ \t]*(\d+)")
 _EVAL_DESC = re.compile(r"(?i)val|eval|test|sanity|predict|load|download|fetch|map|shard")
 _POSTFIX_LOSS = re.compile(rf"(?i)(?<![A-Za-z0-9_])([A-Za-z0-9_/.-]{{0,40}}loss[A-Za-z0-9_/.-]{{0,40}})[=:][ \t]*({_NUM})")
@@ -265,14 +274,17 @@ def _ci(word: str) -> str:
     return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
 
 
-_ERE_RATE = "(" + "|".join(["/[Ss]", "/[Ii][Tt]", "[Pp][Ee][Rr][^A-Za-z0-9]*[Ss]", _ci("tps"), _ci("wps"), _ci("tgs"), _ci("throughput")]) + ")"
+_ERE_RATE = "(" + "|".join(["/[Ss]", "/[Ii][Tt]", "[Pp][Ee][Rr][^A-Za-z0-9]*[Ss]",  # tok/s, s/it, tokens_per_sec
+                             *map(_ci, ("tps", "wps", "tgs", "throughput"))]) + ")"
 _ERE = "|".join([
     # step/iter/iteration keys in every form: key=, key:, key [, key N (kv, torchtitan, megatron, nanoGPT)
-    "(" + _ci("step") + "[Ss]?|" + _ci("iter") + "(" + _ci("ation") + ")?)([ \t]*[=:]|[ \t]*\\[|[ \t]+[0-9])",
+    # (a number may follow a colour code: [^A-Za-z \t] rather than [0-9])
+    "(" + _ci("step") + "|" + _ci("iter") + "(" + _ci("ation") + ")?)([ \t]*[=:]|[ \t]*\\[|[ \t]+[^A-Za-z \t])",
     _ci("updates") + "[ \t]*[=:]",  # fairseq's num_updates=
+    _ci("steps") + "[ \t]*[=:].*" + _ci("loss"), _ci("loss") + ".*" + _ci("steps") + "[ \t]*[=:]",  # DeepSpeed
     _ci("loss") + "[A-Za-z0-9_/.-]*(['\"]|=)",  # HF/JSON dict keys, tqdm postfixes
     _ci("loss") + ".*" + _ERE_RATE, _ERE_RATE + ".*" + _ci("loss"),  # kv lines without a step key
-    _ci("epoch") + "[ \t]*[0-9]",  # Lightning bars
+    _ci("epoch") + "[ \t]*[^A-Za-z \t]",  # Lightning bars
 ])
 _PY_CLASS = {"d": ("[0-9]", "0-9"), "s": ("[ \t]", " \t"), "w": ("[A-Za-z0-9_]", "A-Za-z0-9_")}
 
@@ -507,7 +519,8 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
         elif m := _TERMINATE.search(text):  # C++ abort: no Python traceback follows
             what = next((w for _, _, t in entries[pos + 1: pos + 4] if (w := t.partition("what():")[2])), "")
             kind = _exc_kind(m[1], what)
-            crashes.append(Crash(kind, m[1], _trim(what), rank=_rank_in(what, rank) if kind.startswith("nccl") else rank, line_index=i))
+            rank = _rank_in(what, rank) if kind.startswith("nccl") else rank
+            crashes.append(Crash(kind, m[1], _trim(what), rank=rank, line_index=i))
         elif _KILLED.search(text) or _SEGFAULT.search(text):
             kind = "killed" if _KILLED.search(text) else "segfault"
             if not crashes or crashes[-1].kind != kind or i - crashes[-1].line_index > 20:  # one event, many lines
@@ -546,13 +559,16 @@ def find_crashes(lines: Sequence[str]) -> list[Crash]:
 # "saving" must name what it saves: "gradient checkpointing, saving memory" is not a save.
 _SAVE = re.compile(r"(?i)\bsaving\b[^.;]{0,40}?\b(?:checkpoints?|ckpts?|models?|weights|state(?:_dict)?|optimizer|adapters?)\b"
                    r"|checkpoint\w*\]?[ \t:-]*saving|\bis about to be saved|\bwriting (?:the )?checkpoint")
-_SAVE_DONE = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|\bsaved (?:the )?(?:checkpoint|model|state)\b"
-                        r"|checkpoint saved|is ready now")
+_SAVE_DONE = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|checkpoint saved|is ready now"
+                        r"|\bsaved (?:the )?(?:checkpoint|model|state)\b")
 _EVAL = re.compile(r"(?i)\*+[ \t]*Running Evaluation|\bRunning (?:evaluation|validation)\b|^(?:Evaluating|Validating)\b"
-                   r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?[ \t]*(?::|\.\.\.|…|$)")
+                   r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?"
+                   r"[ \t]*(?::|\.\.\.|…|$)")  # a bar or a banner, not "Validation loss: 2.3"
 _EVAL_DONE = re.compile(r"""(?i)^\{['"]eval_|\*+ eval metrics \*+|validation loss at iteration""")
-_COMPILE = re.compile(r"(?i)torch\._dynamo|torch\._inductor|\bcompiling\b|\bautotun|building extension module|emitting ninja build file")
-_ACT_STEP = re.compile(r"(?i)checkpoint[-_](\d+)|global[_ ]?step[ _=:]*(\d+)|iteration[ \t]+(\d+)|\bstep[ _=:-]*(\d+)|\biter_0*(\d+)")
+_COMPILE = re.compile(r"(?i)torch\._dynamo|torch\._inductor|\bcompiling\b|\bautotun"
+                      r"|building extension module|emitting ninja build file")  # torch.compile, JIT-built CUDA ops
+_ACT_STEP = re.compile(r"(?i)checkpoint[-_](\d+)|global[_ ]?step[ _=:]*(\d+)|iteration[ \t]+(\d+)|\bstep[ _=:-]*(\d+)"
+                      r"|\biter_0*(\d+)")  # checkpoint-1000, global_step1000, iteration 1000, step=1000, iter_0001000
 _NOT_ANNOUNCEMENT = re.compile(r'^(?:[ \t]{4}|\t)|^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Failed)\b:')
 
 

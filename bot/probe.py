@@ -19,7 +19,7 @@ WINDOW_BYTES = 64 * 1024
 # Step lines may lie further back than the window (a long traceback, a flood of warnings):
 # look in growing slices from the end, never the whole file, so the cost stays flat in the log's size.
 STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
-STEP_LINES = 8
+STEP_LINES = 32  # prose that mentions "step" must not push real step lines out
 LINE_CAP = 2000  # characters kept of one found line: bars can make one line of 100 MB
 GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"
 PROCESS_HINT = r"python|torchrun|deepspeed|accelerate|train"

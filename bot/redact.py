@@ -30,8 +30,8 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", strip_ansi(text))
 
 
-# Tokens with a fixed shape: keep the prefix so a reader still knows what leaked.
-# (?<![A-Za-z0-9]) stands in for \b where the prefix itself starts with a letter after '_'.
+# Tokens with a fixed shape: keep the prefix so a reader still knows what leaked. The
+# lookbehinds are not \b, which would miss a token glued to an underscore (`MY_hf_…`).
 _SHAPED = re.compile(
     r"(?<![A-Za-z0-9])(?P<p>xox[a-z]-|xapp-|xoxe\.xox[a-z]-)[A-Za-z0-9-]{8,}"
     r"|(?P<p2>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"
@@ -45,9 +45,9 @@ _SHAPED = re.compile(
 )
 # Credentials announced by their context rather than their shape.
 _CONTEXT = re.compile(
-    r"(?P<p>(?i:authorization)\s*[:=]\s*['\"]?\s*(?i:bearer|basic|token|bot)\s+)[^\s'\",;]+"
-    r"|(?P<p2>(?i:bearer)\s+)(?=[A-Za-z0-9._~+/=-]{12,})[^\s'\",;]+"
-    r"|(?P<p3>(?i:wandb)\s+login(?>(?:\s+--?[\w-]+(?:=\S+)?)*)\s+)[A-Za-z0-9_-]{32,}"
+    r"(?P<p>(?i:authorization)[ \t]*[:=][ \t]*['\"]?[ \t]*(?i:bearer|basic|token|bot)[ \t]+)[^\s'\",;]+"
+    r"|(?P<p2>(?i:bearer)[ \t]+)(?=[A-Za-z0-9._~+/=-]{12,})[^\s'\",;]+"
+    r"|(?P<p3>(?i:wandb)[ \t]+login(?>(?:[ \t]+--?[\w-]+(?:=\S+)?)*)[ \t]+)[A-Za-z0-9_-]{32,}"
     r"|(?P<p4>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]+:)[^\s@/]+(?=@)"  # user:password@ in URLs
 )
 # key=value, key: value, "key": "value", --key value. The key must *end* with one of these
@@ -56,7 +56,7 @@ _CONTEXT = re.compile(
 _KEYWORDS = r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
 _KV = re.compile(
     rf"(?<![A-Za-z0-9_.-])(?P<key>(?P<dash>--?)?(?:[A-Za-z0-9]+[_.-])*?(?i:{_KEYWORDS}))"
-    r"(?P<sep>['\"]?\s*[:=]\s*|(?(dash)\s+|(?!)))"
+    r"(?P<sep>['\"]?[ \t]*[:=][ \t]*|(?(dash)[ \t]+|(?!)))"  # `--password hunter2`: only flags take a space
     r"(?:(?P<q>['\"])(?P<qv>[^'\"\n]*)(?P=q)|(?P<v>[^\s'\",;&)}]+))"
 )
 # Tokenizer vocabulary (pad_token=<pad>) and counters are not credentials.

@@ -254,7 +254,8 @@ def test_ere_with_real_grep(tmp_path: Path, locale: str) -> None:
 # Lines built the way loggers build them: fields, each maybe coloured, joined by separators.
 _KEYS = ["step", "Step", "iter", "iteration", "global_step", "loss", "train_loss", "Loss", "lm loss", "tok/s", "it/s",
          "samples/s", "tokens_per_sec", "tps", "lr", "epoch", "Epoch", "elapsed", "memory", "mfu", "grad_norm", "'loss'",
-         '"step"', "time", "val_loss", "x"]
+         '"step"', "time", "val_loss", "x", "steps", "num_updates", "Tokens/s/device", "samples/sec", "SamplesPerSec", "s/it",
+         "wps", "tgs", "throughput", "reduced_train_loss", "1|100|Loss"]
 _VALUES = ["12", "3.5", "1,000", "41.3k", "1e-4", "nan", "10/100", "[5]", "3.4s", "00:01:05", "-2", "?", ""]
 _field = st.tuples(st.sampled_from(["", "", R, G]), st.sampled_from(_KEYS), st.sampled_from(["=", ": ", ":", " ", "  ", ""]),
                    st.sampled_from(_VALUES)).map("".join)

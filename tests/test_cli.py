@@ -1,0 +1,128 @@
+"""The command line as users meet it: real processes, real exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.standins import REPO, SHARED_REAL, writer_holding
+
+
+def runbot(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PATH": "/usr/bin:/bin", **(env or {})}, cwd=cwd or REPO,
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    (tmp_path / "oom.log").write_bytes((SHARED_REAL / "train_oom.log").read_bytes())
+    (tmp_path / "ok.log").write_bytes((SHARED_REAL / "train_ok.log").read_bytes())
+    path = tmp_path / "runs.toml"
+    path.write_text(
+        '[defaults]\ngpu_samples = 1\n'
+        '[runs.dflash-oom]\nhost = "local"\nlog = "oom.log"\n'
+        '[runs.dflash-ok]\nhost = "local"\nlog = "ok.log"\n'
+        '[runs.eagle]\nhost = "local"\nlog = "missing.log"\n'
+    )
+    return path
+
+
+def test_status_first_line_is_the_verdict(config):
+    out = runbot("--config", str(config), "status", "dflash-oom")
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("crashed — torch.OutOfMemoryError: CUDA out of memory.")
+    assert "nvidia-smi not found" in out.stdout  # said, not mistaken for idle GPUs
+
+
+def test_a_unique_prefix_is_enough_and_the_config_comes_from_the_environment(config):
+    out = runbot("status", "ea", env={"RUNBOT_CONFIG": str(config)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("log not found: ")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("status", "nope"), 'unknown run "nope" (known: dflash-oom, dflash-ok, eagle)'),
+    (("status", "dflash"), "dflash-oom, dflash-ok"),
+    (("tail", "eagle", "-n", "500"), "tail -n takes 1 to 200 lines"),
+    (("tail", "eagle", "-n", "0"), "tail -n takes 1 to 200 lines"),
+    (("status",), "required"),
+    (("frobnicate",), "invalid choice"),
+])
+def test_bad_arguments_exit_2_and_say_why(config, args, words):
+    out = runbot("--config", str(config), *args)
+    assert out.returncode == 2
+    assert words in out.stderr
+
+
+def test_user_text_never_reaches_a_shell(config, tmp_path):
+    out = runbot("--config", str(config), "status", "$(touch PWNED)", cwd=tmp_path)
+    assert out.returncode == 2 and "unknown run" in out.stderr
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_bad_config_exits_2_naming_file_and_key(tmp_path):
+    bad = tmp_path / "runs.toml"
+    bad.write_text('[runs.x]\nhost = "local"\nlog = "/x.log"\nsilence_after = "10 minutes"\n')
+    out = runbot("--config", str(bad), "runs")
+    assert out.returncode == 2
+    assert f"{bad}: runs.x.silence_after: bad duration" in out.stderr
+
+
+def test_unreachable_exits_3_and_says_which_host(tmp_path):
+    path = tmp_path / "runs.toml"
+    kh = tmp_path / "known_hosts"
+    kh.write_text("")
+    path.write_text(
+        f'[hosts.pve1]\naddress = "127.0.0.1"\nport = 9\nconnect_timeout = "2s"\nknown_hosts = "{kh}"\n'
+        '[runs.far]\nhost = "pve1"\ncontainer = 200\nlog = "/workspace/train.log"\n'
+    )
+    out = runbot("--config", str(path), "status", "far")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "pve1" in out.stdout.splitlines()[0]
+
+
+def test_tail_collapses_bars_and_redacts(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(
+        b"HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789\n"
+        b"\x1b[32mLoading\x1b[0m\rLoading weights:  50%|##   | 1/2 [00:01<00:01]\rLoading weights: 100%|####| 2/2 [00:02<00:00]\n"
+        b"step=1 loss=2.0 tok/s=100\n"
+    )
+    path = tmp_path / "runs.toml"
+    path.write_text(f'[runs.r]\nhost = "local"\nlog = "{log}"\ngpu_samples = 1\n')
+    with writer_holding(log):
+        out = runbot("--config", str(path), "tail", "r", "-n", "3")
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0
+    assert lines[1:] == ["HF_TOKEN=hf_[redacted]", "Loading weights: 100%|####| 2/2 [00:02<00:00]", "step=1 loss=2.0 tok/s=100"]
+
+
+def test_runs_lists_every_run(config):
+    out = runbot("--config", str(config), "runs")
+    assert out.returncode == 0
+    rows = out.stdout.splitlines()
+    assert [r.split()[0] for r in rows] == ["dflash-oom", "dflash-ok", "eagle"]
+    assert "finished — last step 60" in rows[1]
+
+
+def test_check_config_says_what_it_found(config):
+    out = runbot("--config", str(config), "check-config")
+    assert out.returncode == 0
+    assert "OK — 3 run(s), 0 host(s)" in out.stdout
+
+
+@pytest.mark.slow
+def test_demo_walks_every_phase_and_exits_0():
+    out = runbot("demo", "--fast")
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    for words in ("no output yet (importing?)", "no steps yet — loading weights", "tok/s", "silent",
+                  "crashed — torch.OutOfMemoryError"):
+        assert words in text, words
