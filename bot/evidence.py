@@ -6,8 +6,10 @@ import re
 from dataclasses import dataclass, field
 
 from bot.facts import Activity, Bar, Crash, GpuReadings, Process, Step
-from bot.formats import find_activity, find_crashes, parse_bar, parse_step
+from bot.crashes import find_activity, find_crashes
+from bot.formats import parse_bar, parse_step
 from bot.gpus import parse_gpu_section
+from bot.logtext import last_frame
 from bot.probe import LINE_CAP, Sections
 from bot.redact import printable
 
@@ -59,9 +61,7 @@ def collapse_frames(text: str) -> list[str]:
     """Split text into lines, keeping only the last frame of each \r-redrawn line (tqdm bars)."""
     lines = []
     for raw in text.split("\n"):
-        frames = raw.split("\r")
-        last = next((f for f in reversed(frames) if f.strip()), "")
-        lines.append(printable(last)[:LINE_CAP])
+        lines.append(printable(last_frame(raw))[:LINE_CAP])
     if lines and lines[-1] == "" and (text.endswith("\n") or not text):
         lines.pop()
     return lines

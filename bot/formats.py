@@ -1,12 +1,11 @@
-"""Recognisers for log text: step lines, tqdm bars, crash signatures and phase announcements."""
+"""Pure: recognisers for step lines (every common trainer's format) and tqdm progress bars."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import Sequence
 
-from bot.facts import Activity, Bar, Crash, Step
+from bot.facts import Bar, Step
+from bot.logtext import parse_int, split_rank_prefix
 from bot.redact import strip_ansi  # pure too; one ANSI grammar for the whole bot
 
 # Separators are [ \t], never \s: step_grep_ere mirrors these patterns in POSIX ERE, which has
@@ -41,28 +40,6 @@ _ELAPSED = re.compile(
 )
 _UNIT_S = {"ms": 0.001, "m": 60, "min": 60, "mins": 60, "minutes": 60, "h": 3600, "hr": 3600, "hrs": 3600, "hours": 3600}
 _SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
-_PREFIX = re.compile(r"^[ \t]*(?:\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:) ?")
-
-
-def _unprefix(text: str) -> tuple[int | None, str]:
-    """Strip torchrun (`[rank3]:`, `[default0]:`) and mpirun (`[1,3]<stderr>:`) line prefixes."""
-    rank = None
-    while m := _PREFIX.match(text):
-        rank = int(m[1] or m[2]) if rank is None and len(m[1] or m[2]) < 7 else rank
-        text = text[m.end():]
-    return rank, text
-
-
-def _last_frame(text: str) -> str:
-    """What a terminal would show of a line tqdm rewrote with \r: its last non-blank frame."""
-    return next((f for f in reversed(text.split("\r")) if f.strip()), "")
-
-
-def _int(s: str | None) -> int | None:
-    s = (s or "").replace(",", "")
-    return int(s) if s.isdigit() and len(s) < 19 else None
-
-
 def _float(s: str) -> float:
     return float(s.replace(",", ""))
 
@@ -103,8 +80,8 @@ def _generic(text: str) -> dict:
             continue
         key, raw, total = (m["k"], m["v"], m["t"]) if m["k"] else (m["wk"], m["wv"], m["wt"])
         key, unit = _norm(key), m["u"] or ""
-        if key in _STEP_KEYS and _int(raw) is not None:
-            steps.setdefault(key, (_int(raw), _int(total)))
+        if key in _STEP_KEYS and parse_int(raw) is not None:
+            steps.setdefault(key, (parse_int(raw), parse_int(total)))
             continue
         value = _float(raw) * _SCALE.get(unit, 1)
         found.setdefault(key, value)
@@ -166,7 +143,7 @@ def _megatron(text: str) -> dict | None:
         key, _, value = part.partition(":")
         if v := re.search(_NUM, value):
             fields[key.strip().lower()] = _float(v[0])
-    out = {"step": _int(m[1] or m[3]), "total": _int(m[2])}
+    out = {"step": parse_int(m[1] or m[3]), "total": parse_int(m[2])}
     loss_keys = [k for k in fields if "loss" in k and "scale" not in k and "ppl" not in k]
     if loss_keys:
         out["loss"] = fields.get("lm loss", fields.get("lm loss value", fields[loss_keys[0]]))
@@ -184,7 +161,7 @@ _TITAN_MARK = re.compile(r"(?i)\b(?:memory|tps|wps|tflops|mfu|grad_norm):")
 def _torchtitan(text: str) -> dict | None:
     if not (m := _TITAN.search(text)) or not _TITAN_MARK.search(m[3]):
         return None
-    out = {"step": _int(m[1]), "loss": _float(m[2])}
+    out = {"step": parse_int(m[1]), "loss": _float(m[2])}
     if r := re.search(r"(?i)\b[tw]ps:[ \t]*(\d[\d,]*(?:\.\d+)?)", m[3]):
         out["rate"], out["rate_unit"] = _float(r[1]), "tok/s"
     return out
@@ -197,7 +174,7 @@ _NANO = re.compile(rf"(?i)\biter[ \t]+(\d+):[ \t]*loss[ \t]+({_NUM})"  # trainin
 def _nanogpt(text: str) -> dict | None:
     if not (m := _NANO.search(text)):
         return None
-    return {"step": _int(m[1] or m[3]), "loss": _float(m[2] or m[4])}
+    return {"step": parse_int(m[1] or m[3]), "loss": _float(m[2] or m[4])}
 
 
 _HF_PAIR = re.compile(rf"""['"](?P<k>[A-Za-z0-9_/.-]{{1,80}})['"][ \t]*:[ \t]*(?P<q>['"]?)(?P<v>{_NUM})(?P=q)""")
@@ -234,7 +211,7 @@ def _lightning(text: str) -> dict | None:
     """Lightning's training bar (tqdm or rich), or any tqdm bar that carries a loss postfix."""
     if m := _RICH_EPOCH.match(text):
         losses = {_norm(k): _float(v) for k, v in _POSTFIX_LOSS.findall(m[5])}
-        return {"step": _int(m[2]), "total": _int(m[3]), "epoch": float(m[1]), "loss": _pick_loss(losses),
+        return {"step": parse_int(m[2]), "total": parse_int(m[3]), "epoch": float(m[1]), "loss": _pick_loss(losses),
                 "rate": _float(m[4]) if m[4] else None, "rate_unit": "it/s" if m[4] else None}
     if not (bar := _match_bar(text)) or _EVAL_DESC.search(bar["desc"] or ""):
         return None
@@ -261,7 +238,7 @@ def parse_step(line: str, custom: re.Pattern[str] | None = None) -> Step | None:
     """One progress line of a training loop, or None. Tries each known format, then `custom`."""
     frames = [f for f in strip_ansi(line).split("\r") if f.strip()]
     for shown in reversed(frames[-2:]):  # a \r-joined line: its last frames are what was seen last
-        text = _unprefix(shown)[1].strip()
+        text = split_rank_prefix(shown)[1].strip()
         for fmt, recognise in _RECOGNISERS:
             if (found := recognise(text)) is not None:
                 return Step(line=shown.strip(), fmt=fmt, **_fields(found))
@@ -347,7 +324,7 @@ def _known(field: str | None) -> str | None:
 def parse_bar(frame: str) -> Bar | None:
     """One tqdm frame as a Bar, or None when the text is not a progress bar."""
     shown = strip_ansi(frame).strip()
-    if not (m := _match_bar(_unprefix(shown)[1])):
+    if not (m := _match_bar(split_rank_prefix(shown)[1])):
         return None
     n, total = _count(m["n"]), _count(m["total"])
     pct = int(m["pct"]) if m["pct"] else (min(100, n * 100 // total) if n is not None and total else None)
@@ -361,233 +338,3 @@ def last_bar_frame(chunk: str) -> str | None:
         if ("|" in frame or "[" in frame) and parse_bar(frame) is not None:
             return frame.rstrip()
     return None
-
-
-# Crashes. Lines from different ranks interleave, so each `[rankN]:` stream is read on its own.
-_HEADER = "Traceback (most recent call last)"
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::[ \t]?(?P<msg>.*))?$")
-_EXC_WORD = re.compile(r"(?i)error|exception|interrupt|exit|timeout|iteration|warning")
-_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
-_THREAD = re.compile(r"^Exception in thread (.+?):[ \t]*$")
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
-_KILLED = re.compile(r"(?i)^Killed(?::? 9)?[ \t]*$|^\S.*?:[ \t]+(?:line[ \t]+)?\d+:[ \t]+(?:\d+[ \t]+)?Killed\b"
-                     r"|^\w+: killed[ \t]|oom[_-]kill|\bOut of memory: Killed process")
-_SEGFAULT = re.compile(r"(?i)segmentation fault|\bSIGSEGV\b")
-_FIELD = re.compile(r"^[ \t]*(rank|exitcode)[ \t]*:[ \t]*(-?\d{1,9})\b")
-_SIGNALS = {9: "SIGKILL (often the kernel's OOM killer)", 6: "SIGABRT (e.g. after an NCCL timeout)",
-            11: "SIGSEGV", 7: "SIGBUS (often /dev/shm too small)", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
-
-
-def _trim(text: str, limit: int = 200) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _signal_hint(code: int | None) -> str | None:
-    """-N is torchrun's "killed by signal N"; 128+N is a shell's."""
-    if code is None:
-        return None
-    return _SIGNALS.get(-code if code < 0 else code - 128 if 128 < code < 160 else 0)
-
-
-def _exception(text: str) -> tuple[str, str] | None:
-    """`pkg.Type: message` (or a bare `KeyboardInterrupt`), not log chatter such as `INFO: x`."""
-    if not (m := _EXC_LINE.match(text)):
-        return None
-    name, last = m["type"], m["type"].rsplit(".", 1)[-1]
-    camel = last[:1].isupper() and not last.isupper() and any(c.islower() for c in last)
-    if not (camel or _EXC_WORD.search(last)) or (m["msg"] is None and not _EXC_WORD.search(last) and last == name):
-        return None
-    return name, m["msg"] or ""
-
-
-def _exc_kind(exc_type: str, message: str) -> str:
-    if exc_type.endswith("OutOfMemoryError") or "CUDA out of memory" in message:
-        return "oom"
-    if _WATCHDOG.search(message):
-        return "nccl_timeout"
-    if exc_type.endswith("DistBackendError") or "NCCL error" in message or "NCCL communicator was aborted" in message:
-        return "nccl_error"
-    if "out of memory" in message.lower():  # "CUDA error: out of memory", "HIP out of memory"
-        return "oom"
-    return "child_failed" if exc_type.endswith("ChildFailedError") else "traceback"
-
-
-def _root_cause(texts: Sequence[str]) -> tuple[int | None, int | None]:
-    """torchrun's failure report: the Root Cause entry wins; the others' SIGTERM is only teardown."""
-    entries: list[dict] = []
-    section = ""
-    for text in texts:
-        s = text.strip()
-        if s.startswith("Traceback"):
-            break
-        if s.startswith(("Root Cause", "Failures")):
-            section = s[0]
-        elif re.fullmatch(r"\[\d+\]:", s):
-            entries.append({"root": section == "R"})
-        elif m := _FIELD.match(text):
-            if not entries:
-                entries.append({"root": section == "R"})
-            entries[-1].setdefault(m[1], int(m[2]))
-    best = (next((e for e in entries if e["root"]), None)
-            or next((e for e in entries if e.get("exitcode") not in (None, -15)), None) or (entries or [{}])[0])
-    return best.get("rank"), best.get("exitcode")
-
-
-def _child_failed(texts: Sequence[str], index: int) -> Crash:
-    rank, code = _root_cause(texts)
-    who = f"rank {rank} exited" if rank is not None else "a worker exited"
-    return Crash("child_failed", "ChildFailedError", f"{who} with {code}" if code is not None else "",
-                 rank=rank, exit_code=code, signal_hint=_signal_hint(code), line_index=index)
-
-
-def _watchdog_message(text: str) -> str:
-    parts = {k: m[1] for k, p in (("op", r"OpType=(\w+)"), ("seq", r"SeqNum=(\d+)"), ("ran", r"ran for (\d+) milli"),
-                                   ("limit", r"Timeout\(ms\)=(\d+)")) if (m := re.search(p, text))}
-    if "op" not in parts or "ran" not in parts:
-        return _trim(text[text.find("Watchdog"):])
-    seq = f" (SeqNum={parts['seq']})" if "seq" in parts else ""
-    limit = f", timeout {parts['limit']} ms" if "limit" in parts else ""
-    return f"collective operation timeout: {parts['op']}{seq} ran for {parts['ran']} ms{limit}"
-
-
-def _rank_in(text: str, rank: int | None) -> int | None:
-    m = re.search(r"\[(?:PG [^\]]*)?Rank (\d{1,6})\]", text)
-    return rank if rank is not None or not m else int(m[1])
-
-
-class _Traceback:
-    """One traceback, or one chain of them, being read."""
-
-    def __init__(self, start: int, rank: int | None, thread: str | None, ignored: bool, group: bool) -> None:
-        self.start, self.rank, self.thread, self.ignored, self.group = start, rank, thread, ignored, group
-        self.excs: list[tuple[str, str]] = []
-        self.child: Crash | None = None
-
-    def crash(self) -> Crash:
-        if self.child is not None:
-            return replace(self.child, line_index=self.start, thread=self.thread)
-        if not self.excs:  # the log ends inside the traceback
-            return Crash("traceback", thread=self.thread, rank=self.rank, line_index=self.start)
-        exc_type, message = self.excs[-1]
-        kinds = [_exc_kind(t, m) for t, m in reversed(self.excs)]  # the last exception names the crash…
-        kind = next((k for k in kinds if k != "traceback"), "traceback")  # …an OOM below it explains it
-        rank = _rank_in(message, self.rank) if kind.startswith("nccl") else self.rank
-        return Crash(kind, exc_type, _trim(message), self.thread, rank, line_index=self.start)
-
-
-def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
-    """One stream's crashes. States: idle, frames (waiting for the exception line), after, chain."""
-    crashes: list[Crash] = []
-    tbs: list[_Traceback] = []
-    tb: _Traceback | None = None
-    mode, since, pending, pending_at = "idle", 0, None, -9
-    for pos, (i, rank, text) in enumerate(entries):
-        bare = text.lstrip(" +|│╭─")
-        if _HEADER in text and bare.startswith(("Traceback", "Exception Group Traceback")):
-            if mode != "chain" or tb is None:
-                fresh = pos - pending_at <= 3 and pending is not None
-                thread = pending if fresh and pending != "\0ignored" else None
-                tb = _Traceback(entries[pending_at][0] if thread else i, rank, thread,
-                                fresh and pending == "\0ignored", bare.startswith("Exception"))
-                tbs.append(tb)
-            mode, pending = "frames", None
-            continue
-        if mode == "frames" and tb is not None:
-            line = re.sub(r"^[ \t]*\|[ \t]?", "", text) if tb.group else text
-            if line[:1].strip() and (exc := _exception(line)):
-                tb.excs.append(exc)
-                mode, since = "after", 0
-                if exc[0].endswith("ChildFailedError"):
-                    tb.child = _child_failed([e[2] for e in entries[pos + 1: pos + 80]], i)
-                continue
-            # other unindented lines fall through: a traceback cut short by `Killed` is still both
-        elif mode != "idle":
-            since += 1
-            if text.startswith(_CHAIN):
-                mode, since = "chain", 0
-            mode = "idle" if since > 40 else mode
-        if not text[:1].strip():
-            continue  # indented: frames, message continuations, torchrun's report fields
-        if m := _THREAD.match(text):
-            pending, pending_at, mode = m[1], pos, "idle"
-        elif text.startswith("Exception ignored in"):
-            pending, pending_at = "\0ignored", pos
-        elif _WATCHDOG.search(text):
-            crashes.append(Crash("nccl_timeout", None, _watchdog_message(text), rank=_rank_in(text, rank), line_index=i))
-        elif m := _TERMINATE.search(text):  # C++ abort: no Python traceback follows
-            what = next((w for _, _, t in entries[pos + 1: pos + 4] if (w := t.partition("what():")[2])), "")
-            kind = _exc_kind(m[1], what)
-            rank = _rank_in(what, rank) if kind.startswith("nccl") else rank
-            crashes.append(Crash(kind, m[1], _trim(what), rank=rank, line_index=i))
-        elif _KILLED.search(text) or _SEGFAULT.search(text):
-            kind = "killed" if _KILLED.search(text) else "segfault"
-            if not crashes or crashes[-1].kind != kind or i - crashes[-1].line_index > 20:  # one event, many lines
-                hint = _SIGNALS[9] if kind == "killed" else _SIGNALS[11]
-                crashes.append(Crash(kind, None, _trim(text), rank=rank, signal_hint=hint, line_index=i))
-        elif mode == "idle" and (exc := _exception(text)) and _exc_kind(*exc) != "traceback":
-            # the exception line of a traceback whose start fell before the scanned window
-            if exc[0].endswith("ChildFailedError"):
-                crashes.append(_child_failed([e[2] for e in entries[pos + 1: pos + 80]], i))
-            else:
-                crashes.append(Crash(_exc_kind(*exc), exc[0], _trim(exc[1]), rank=rank, line_index=i))
-            mode, since = "after", 0
-    return crashes + [t.crash() for t in tbs if not t.ignored]
-
-
-def find_crashes(lines: Sequence[str]) -> list[Crash]:
-    """Every crash signature in `lines`, in order of the line where each starts."""
-    streams: dict[str, list[tuple[int, int | None, str]]] = {}
-    for i, raw in enumerate(lines):
-        text = _last_frame(strip_ansi(raw)).rstrip()
-        prefix = m[0].strip() if (m := _PREFIX.match(text)) else ""
-        rank, text = _unprefix(text)
-        streams.setdefault(prefix, []).append((i, rank, text.rstrip()))
-    crashes = sorted((c for entries in streams.values() for c in _scan(entries)), key=lambda c: c.line_index)
-    seen: set[tuple] = set()  # a watchdog timeout is reported up to three times per rank
-    unique = []
-    for c in crashes:
-        key = (c.rank, (re.search(r"SeqNum=(\d+)", c.message) or [c.message])[0]) if c.kind == "nccl_timeout" else None
-        if key is None or key not in seen:
-            unique.append(c)
-            seen.add(key)
-    return unique
-
-
-# Phases that may keep a healthy run silent for minutes.
-# "saving" must name what it saves: "gradient checkpointing, saving memory" is not a save.
-_SAVE = re.compile(r"(?i)\bsaving\b[^.;]{0,40}?\b(?:checkpoints?|ckpts?|models?|weights|state(?:_dict)?|optimizer|adapters?)\b"
-                   r"|checkpoint\w*\]?[ \t:-]*saving|\bis about to be saved|\bwriting (?:the )?checkpoint")
-_SAVE_DONE = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|checkpoint saved|is ready now"
-                        r"|\bsaved (?:the )?(?:checkpoint|model|state)\b")
-_EVAL = re.compile(r"(?i)\*+[ \t]*Running Evaluation|\bRunning (?:evaluation|validation)\b|^(?:Evaluating|Validating)\b"
-                   r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?"
-                   r"[ \t]*(?::|\.\.\.|…|$)")  # a bar or a banner, not "Validation loss: 2.3"
-_EVAL_DONE = re.compile(r"""(?i)^\{['"]eval_|\*+ eval metrics \*+|validation loss at iteration""")
-_COMPILE = re.compile(r"(?i)torch\._dynamo|torch\._inductor|\bcompiling\b|\bautotun"
-                      r"|building extension module|emitting ninja build file")  # torch.compile, JIT-built CUDA ops
-_ACT_STEP = re.compile(r"(?i)checkpoint[-_](\d+)|global[_ ]?step[ _=:]*(\d+)|iteration[ \t]+(\d+)|\bstep[ _=:-]*(\d+)"
-                      r"|\biter_0*(\d+)")  # checkpoint-1000, global_step1000, iteration 1000, step=1000, iter_0001000
-_NOT_ANNOUNCEMENT = re.compile(r'^(?:[ \t]{4}|\t)|^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Failed)\b:')
-
-
-def find_activity(lines: Sequence[str]) -> Activity | None:
-    """The last saving/evaluating/compiling announcement, unless a later line says it ended."""
-    current: Activity | None = None
-    for i, raw in enumerate(lines):
-        shown = _last_frame(strip_ansi(raw))
-        text = _unprefix(shown)[1]
-        if not text.strip() or _NOT_ANNOUNCEMENT.search(text):
-            continue  # traceback frames and code mention torch._dynamo without compiling anything
-        text = text.strip()
-        done = {"saving": _SAVE_DONE, "evaluating": _EVAL_DONE}.get(current.kind) if current else None
-        if done is not None and done.search(text):
-            current = None
-            continue
-        kind = ("saving" if _SAVE.search(text) and not _SAVE_DONE.search(text)
-                else "evaluating" if _EVAL.search(text) else "compiling" if _COMPILE.search(text) else None)
-        if kind:
-            step = next((g for g in m.groups() if g), None) if (m := _ACT_STEP.search(text)) else None
-            current = Activity(kind, shown.strip(), _int(step), i)
-    return current

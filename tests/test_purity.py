@@ -1,0 +1,22 @@
+"""The functional core stays free of IO: importing it loads no SSH, Slack, scheduler, SQLite or process library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.standins import REPO
+
+PURE = ["bot.facts", "bot.logtext", "bot.redact", "bot.formats", "bot.crashes", "bot.gpus", "bot.humanize",
+        "bot.probe", "bot.evidence", "bot.verdict", "bot.diagnose", "bot.render_text"]
+IO = {"asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "sqlite3", "aiosqlite", "subprocess", "asyncio", "aiohttp"}
+
+
+def test_the_pure_core_imports_no_io_library():
+    code = ("import sys, importlib; before = set(sys.modules); "
+            f"[importlib.import_module(m) for m in {PURE!r}]; "
+            "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    loaded = set(out.stdout.split())
+    assert not loaded & IO, loaded & IO
+    assert loaded - set(sys.stdlib_module_names) <= {"bot"}, loaded
