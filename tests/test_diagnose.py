@@ -171,3 +171,11 @@ def test_the_remote_clock_is_used_not_ours():
 def test_diagnose_never_raises(log, age, alive):
     v = diagnose(evidence(log, age=age, writers=[(1, 5, "python3 x.py")] if alive else ()), Run())
     assert v.headline and "\n" not in v.headline
+
+
+def test_a_log_truncated_between_stat_and_read_still_gives_a_verdict():
+    # stat saw 10 MB, then the file was truncated: the window came back short.
+    ev = evidence(TEN_STEPS)
+    ev = type(ev)(**{**ev.__dict__, "log": type(ev.log)(**{**ev.log.__dict__, "size": 10_000_000})})
+    v = diagnose(ev, Run())
+    assert v.phase is Phase.TRAINING and v.headline.startswith("step 10 · ")

@@ -145,3 +145,28 @@ def test_split_sections_never_raises(noise, names):
     for name in s.parts:
         s.text(name)
         s.rc(name)
+
+
+def test_a_100_mb_line_costs_no_more_than_a_short_one(tmp_path):
+    log = tmp_path / "train.log"
+    with log.open("wb") as f:
+        f.write(b"step=7 loss=1.5 tok/s=900\n")
+        chunk = b"\rLoading weights:  15%|#5        | 131/851 [00:00<00:03, 199.62it/s]" * 14000
+        for _ in range(100):  # ~100 MB, no newline
+            f.write(chunk)
+    started = time.monotonic()
+    result, s = probe(Target(str(log)))
+    assert time.monotonic() - started < 5
+    assert result.exit_status == 0 and s.complete
+    assert len(s.get("window")) == 65536
+    assert "step=7 loss=1.5" not in s.text("steps")  # 64 MiB back at most: older than that is not looked at
+
+
+def test_a_log_rotated_away_reads_as_missing_and_its_writer_is_not_claimed(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step=1 loss=2.0\n")
+    with writer_holding(log):
+        log.rename(tmp_path / "train.log.1")  # logrotate without copytruncate
+        _, s = probe(Target(str(log)))
+    assert "exists=0" in s.text("meta")
+    assert s.text("writers").strip() == ""
