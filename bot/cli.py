@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from bot import render_text
+from bot import render_slack, render_text
 from bot.checkup import check
 from bot.targets import Targets
 from bot.verdict import Phase, Verdict
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("runs", help="every run with its one-line verdict")
     sub.add_parser("check-config", help="validate the configuration and say what it found")
     sub.add_parser("serve", help="run the Slack bot and its watchdog")
+    pv = sub.add_parser("preview", help="a run's Slack answer as Block Kit JSON, with a Block Kit Builder link")
+    pv.add_argument("run", help="run name or a unique prefix")
+    pv.add_argument("--view", choices=("status", "gpus", "tail"), default="status", help="which answer (default status)")
     d = sub.add_parser("demo", help="the whole product on this machine, no Slack, no cluster")
     d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
     return p
@@ -87,7 +91,9 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
         raise UsageError(f"tail -n takes 1 to {TAIL_MAX} lines, not {args.n}")
     run = registry.resolve(args.run)
     verdict = asyncio.run(_check_one(registry, run, args.save_probe))
-    if args.command == "status":
+    if args.command == "preview":
+        print(_preview(verdict, run, args.view))
+    elif args.command == "status":
         print(render_text.status(verdict, where=_where(run)))
     elif args.command == "gpus":
         print(render_text.gpus(verdict))
@@ -116,6 +122,15 @@ async def _check_all(registry: Registry, save: Path | None) -> list[tuple[str, V
         return list(await asyncio.gather(*(one(r) for r in registry.runs.values())))
     finally:
         await targets.close()
+
+
+def _preview(verdict: Verdict, run: Run, view: str) -> str:
+    message = {
+        "status": lambda: render_slack.status_message(verdict, run.name, _where(run)),
+        "gpus": lambda: render_slack.gpus_message(verdict, run.name, _where(run)),
+        "tail": lambda: render_slack.tail_message(verdict, TAIL_DEFAULT, run.name),
+    }[view]()
+    return f"{json.dumps(message, indent=2, ensure_ascii=False)}\n\n{render_slack.builder_url(message)}"
 
 
 def _where(run: Run) -> str:

@@ -1,0 +1,345 @@
+"""Pure: a Verdict as a phone-first Slack message (Block Kit plus a plain-text fallback), safe to post."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+import urllib.parse
+from typing import Any, Iterable, Sequence
+
+from bot.gpus import format_gb
+from bot.redact import printable, redact_secrets, slack_escape
+from bot.verdict import Level, Verdict
+
+LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
+               Level.WARN: ":large_yellow_circle:", Level.CRIT: ":red_circle:"}
+
+# Slack's limits (docs.slack.dev, Block Kit reference): 50 blocks a message, 3000 characters a
+# section text, 150 a header. The sum of block texts has an undocumented ceiling: chat.postMessage
+# answers msg_blocks_too_long somewhere past 13,000 characters (slackapi/bolt-js#2509), so we
+# keep well under it. Slack truncates `text` at 40,000; a notification shows far less.
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_HEADER = 150
+MAX_TOTAL = 11_000
+MAX_TEXT = 3000
+CODE_WIDTH = 45  # a phone shows about this many monospace columns before wrapping
+ROWS_PER_LINE = 3  # a long log line keeps this many wrapped rows, then "…"
+MAX_FACTS = 6
+FACT_CHARS = 200
+TAIL_DEFAULT = 20
+
+ACTION_REFRESH, ACTION_TAIL, ACTION_GPUS = "runbot.refresh", "runbot.tail", "runbot.gpus"
+ACTION_MUTE = "runbot.mute"  # reserved for the watchdog's alerts (value = run name)
+
+Message = dict[str, Any]  # {"text": str, "blocks": [...]}
+
+# Bare @channel / @here / @everyone: Slack may parse them in text that is not verbatim. A word
+# joiner after the @ keeps the look and defuses the mention.
+_BARE_MENTION = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.I)
+
+
+def safe(text: str) -> str:
+    """Log or process text made safe to post: controls and ANSI gone, secrets redacted, & < > escaped."""
+    return _BARE_MENTION.sub("@\u2060", slack_escape(redact_secrets(printable(text))))
+
+
+def cut(escaped: str, limit: int) -> str:
+    """Shorten already-escaped text to `limit` characters with "…", never splitting an &entity;."""
+    if len(escaped) <= limit:
+        return escaped
+    head = escaped[: max(0, limit - 1)]
+    amp = head.rfind("&", max(0, len(head) - 5))
+    if amp != -1 and ";" not in head[amp:]:
+        head = head[:amp]
+    return head + "…"
+
+
+def mrkdwn(text: str) -> dict:
+    # verbatim: Slack keeps formatting but auto-links and parses nothing in the text itself.
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
+
+
+def section(text: str) -> dict:
+    return {"type": "section", "text": mrkdwn(cut(text, MAX_SECTION))}
+
+
+def context(*texts: str) -> dict:
+    return {"type": "context", "elements": [mrkdwn(cut(t, MAX_SECTION)) for t in texts[:10]]}
+
+
+def header(text: str) -> dict:
+    return {"type": "header", "text": {"type": "plain_text", "text": cut(text, MAX_HEADER), "emoji": True}}
+
+
+# -- code blocks no wider than a phone -----------------------------------------------------
+
+
+def _cols(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+
+
+def _fit_cols(text: str, width: int) -> str:
+    """The longest prefix of `text` that fits `width` display columns."""
+    used = 0
+    for i, ch in enumerate(text):
+        used += _cols(ch)
+        if used > width:
+            return text[:i]
+    return text
+
+
+def wrap(line: str, width: int = CODE_WIDTH, rows: int = ROWS_PER_LINE) -> list[str]:
+    """Wrap one cleaned line to `width` display columns, at a space when there is one late enough
+    in the row; continuation rows are indented two spaces; at most `rows` rows, the last ends "…"."""
+    out: list[str] = []
+    rest = line.expandtabs(4).rstrip()
+    while True:
+        lead = "  " if out else ""
+        take = _fit_cols(rest, width - len(lead))
+        if len(take) < len(rest):
+            space = take.rfind(" ")
+            if space >= len(take) // 2:
+                take = take[: space + 1]
+        if len(out) == rows - 1 and len(take) < len(rest):
+            out.append(lead + _fit_cols(rest, width - len(lead) - 1).rstrip() + "…")
+            return out
+        out.append(lead + take.rstrip())
+        rest = rest[len(take):]
+        if not rest:
+            return out
+
+
+def _code_lines(lines: Iterable[str]) -> list[list[str]]:
+    """Each line cleaned, redacted (whole, before wrapping), wrapped, then escaped row by row."""
+    out = []
+    for line in lines:
+        rows = []
+        for row in wrap(redact_secrets(printable(line))):
+            # A ``` inside the text would close the fence: break it with a zero-width space.
+            rows.append(_BARE_MENTION.sub("@\u2060", slack_escape(row)).replace("```", "``\u200b`"))
+        out.append(rows)
+    return out
+
+
+def code_sections(lines: Sequence[Sequence[str]], budget: int) -> tuple[list[dict], int]:
+    """Wrapped lines (each a list of rows) in ``` sections of at most MAX_SECTION characters,
+    keeping the *last* whole lines that fit `budget` characters in all. Returns the sections
+    and how many leading lines were left out."""
+    fence = len("```\n\n```")
+    chunks: list[list[str]] = []  # built from the end backwards
+    size = total = 0
+    kept = 0
+    for rows in reversed(lines):
+        cost = sum(len(r) + 1 for r in rows)
+        new_chunk = not chunks or size + cost > MAX_SECTION - fence
+        if total + cost + (fence if new_chunk else 0) > budget or cost > MAX_SECTION - fence:
+            break
+        if new_chunk:
+            chunks.append([])
+            size, total = 0, total + fence
+        chunks[-1][:0] = rows
+        size, total, kept = size + cost, total + cost, kept + 1
+    blocks = [section("```\n" + "\n".join(rows) + "\n```") for rows in reversed(chunks)]
+    return blocks, len(lines) - kept
+
+
+# -- the building blocks the watchdog reuses ------------------------------------------------
+
+
+def verdict_line(v: Verdict) -> str:
+    """The verdict, safe, for the first line of a fallback text (no emoji: it is what phones show)."""
+    return cut(safe(" ".join(v.headline.split())) or v.phase.value, 1000)
+
+
+def verdict_blocks(v: Verdict, *, facts: bool = True) -> list[dict]:
+    """The verdict with its status emoji, then a few short evidence lines and any probe problems."""
+    blocks = [section(f"{LEVEL_EMOJI[v.level]} {verdict_line(v)}")]
+    if facts and v.facts:
+        lines = [f"*{safe(label)}*  {cut(safe(' '.join(text.split())), FACT_CHARS)}" for label, text in v.facts[:MAX_FACTS]]
+        blocks.append(section("\n".join(lines)))
+    if v.problems:
+        blocks.append(context(*(f":warning: {cut(safe(p), 300)}" for p in v.problems[:5])))
+    return blocks
+
+
+def buttons(run_name: str, *, extra: Iterable[dict | tuple[str, str]] = ()) -> dict:
+    """Refresh / Tail / GPUs for one run (value = run name), then any extra buttons:
+    element dicts, or (label, action_id) pairs that also carry the run name."""
+    elements = [_button(label, action, run_name)
+                for label, action in (("Refresh", ACTION_REFRESH), ("Tail", ACTION_TAIL), ("GPUs", ACTION_GPUS))]
+    for item in extra:
+        elements.append(item if isinstance(item, dict) else _button(item[0], item[1], run_name))
+    return {"type": "actions", "elements": elements[:25]}
+
+
+def _button(label: str, action_id: str, value: str) -> dict:
+    return {"type": "button", "text": {"type": "plain_text", "text": label[:75], "emoji": True},
+            "action_id": action_id, "value": value[:2000]}
+
+
+def _about(v: Verdict, run_name: str, where: str) -> dict:
+    bits = [f"*{safe(run_name)}*", safe(v.phase.value)] + ([safe(where)] if where else [])
+    return context(" · ".join(bits))
+
+
+def _message(text_lines: Iterable[str], blocks: list[dict]) -> Message:
+    return fit({"text": cut("\n".join(text_lines), MAX_TEXT), "blocks": blocks})
+
+
+def fit(message: Message) -> Message:
+    """Backstop for Slack's limits: at most MAX_BLOCKS blocks and MAX_TOTAL characters of block
+    text, keeping a trailing actions block and saying what was left out."""
+    blocks = list(message.get("blocks", ()))
+    actions = blocks.pop() if blocks and blocks[-1].get("type") == "actions" else None
+    room = MAX_BLOCKS - (actions is not None) - 1  # one left for the note
+    dropped = 0
+    while blocks and (len(blocks) > room or sum(map(block_chars, blocks)) > MAX_TOTAL - 100):
+        blocks.pop()
+        dropped += 1
+    if dropped:
+        blocks.append(context(f"… {dropped} more block{'s' if dropped > 1 else ''} left out (Slack's size limit)"))
+    if actions is not None:
+        blocks.append(actions)
+    return {**message, "blocks": blocks}
+
+
+def block_chars(block: dict) -> int:
+    """Characters of text in one block (what Slack's size limits count)."""
+    if block.get("type") == "section":
+        return len(block["text"]["text"])
+    if block.get("type") == "context":
+        return sum(len(e.get("text", "")) for e in block["elements"])
+    if block.get("type") == "header":
+        return len(block["text"]["text"])
+    return 0
+
+
+# -- the messages ---------------------------------------------------------------------------
+
+
+def status_message(v: Verdict, run_name: str, where: str = "") -> Message:
+    """The /run status answer: verdict, evidence, where, buttons."""
+    text = [verdict_line(v), f"{run_name} · {v.phase.value}" + (f" · {where}" if where else "")]
+    text += [f"{label}: {' '.join(fact.split())}" for label, fact in v.facts[:MAX_FACTS]]
+    text += [f"problem: {p}" for p in v.problems[:5]]
+    return _message([text[0], *(safe(t) for t in text[1:])],
+                    [*verdict_blocks(v), _about(v, run_name, where), buttons(run_name)])
+
+
+def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Message:
+    """The /run gpus answer: the role summary, then one short row per GPU with a sparkline of its samples."""
+    name = run_name or v.run
+    blocks = verdict_blocks(v, facts=False)
+    text = [verdict_line(v)]
+    report = v.gpu
+    if report is None or not v.reached:
+        note = "no GPU readings (the run could not be probed)"
+        blocks.append(section(note))
+        text.append(note)
+    elif report.error and not report.gpus:
+        blocks.append(section(f":warning: {safe(report.error)}"))
+        text.append(safe(report.error))
+    else:
+        summary = [safe(line) for line in report.lines()]
+        blocks.append(section("\n".join(summary)))
+        text += summary
+        rows = []
+        placed = set()
+        for role, indices in [*report.roles, (None, tuple(g.index for g in report.gpus))]:
+            members = [g for g in report.gpus if g.index in indices and g.index not in placed]
+            if not members:
+                continue
+            if report.roles:
+                rows.append(f"{role or 'other'}:")
+            rows += [_gpu_row(g) for g in members]
+            placed.update(g.index for g in members)
+        code, _ = code_sections(_code_lines(rows), MAX_TOTAL // 2)
+        blocks += code
+    blocks += [_about(v, name, where), buttons(name)]
+    return _message(text, blocks)
+
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _gpu_row(g) -> str:
+    """' 0 busy        31/141 GB ▇█▇██' — fits CODE_WIDTH with up to ~20 samples."""
+    if g.mem_used_mib is None:
+        mem = "mem ?"
+    else:
+        mem = format_gb(g.mem_used_mib).removesuffix(" GB")
+        mem += f"/{format_gb(g.mem_total_mib)}" if g.mem_total_mib else " GB"
+    spark = "".join("?" if u is None else _SPARK[min(7, int(u * 8 / 100.01))] for u in g.utils)
+    row = f"{g.index:>2} {g.cls:<11} {mem:<10}"
+    return row + " " + spark[: max(0, CODE_WIDTH - len(row) - 1)]
+
+
+def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None) -> Message:
+    """The /run tail answer: the verdict, then the last n lines, trimmed from the top to fit."""
+    name = run_name or v.run
+    blocks = verdict_blocks(v, facts=False)
+    text = [verdict_line(v)]
+    lines = list(v.tail[-n:]) if n > 0 and v.reached else []
+    if not v.reached:
+        pass  # the verdict says why there is no log
+    elif not lines:
+        blocks.append(section("_(the log is empty)_"))
+        text.append("(the log is empty)")
+    else:
+        budget = MAX_TOTAL - sum(map(block_chars, blocks)) - 600  # room for the note, context, buttons
+        code, dropped = code_sections(_code_lines(lines), budget)
+        if dropped:
+            blocks.append(context(f":scissors: {dropped} earlier line{'s' if dropped > 1 else ''} not shown "
+                                  f"(Slack's size limit); newest at the bottom"))
+        blocks += code
+        text += [cut(safe(line), 300) for line in lines[-5:]]
+    blocks += [_about(v, name, ""), buttons(name)]
+    return _message(text, blocks)
+
+
+def runs_message(rows: Iterable[tuple[str, Verdict]]) -> Message:
+    """Every run with its one-line verdict, the worst first (so a notification names it)."""
+    rows = sorted(rows, key=lambda r: -r[1].level)  # stable: config order within a level
+    if not rows:
+        return _message(["no runs configured"], [section("no runs configured (see config/runs.example.toml)")])
+    lines = [f"{LEVEL_EMOJI[v.level]} *{safe(name)}* {cut(safe(' '.join(v.headline.split())), 200)}" for name, v in rows]
+    blocks, chunk = [], []
+    for line in lines:
+        if chunk and len("\n".join([*chunk, line])) > MAX_SECTION:
+            blocks.append(section("\n".join(chunk)))
+            chunk = []
+        chunk.append(line)
+    blocks.append(section("\n".join(chunk)))
+    counts = {}
+    for _, v in rows:
+        counts[v.level] = counts.get(v.level, 0) + 1
+    tally = " · ".join(f"{LEVEL_EMOJI[lvl]} {counts[lvl]}" for lvl in sorted(counts, reverse=True))
+    blocks.append(context(f"{len(rows)} run{'s' if len(rows) > 1 else ''} · {tally}"))
+    text = [f"{safe(name)}: {verdict_line(v)}" for name, v in rows]
+    return _message(text, blocks)
+
+
+def help_message(subcommands: Iterable[Any], note: str | None = None) -> Message:
+    """What /run takes: one line per registered subcommand (anything with .usage and .help)."""
+    subcommands = list(subcommands)
+    lines = [f"`/run {safe(c.usage)}` — {safe(c.help)}" for c in subcommands]
+    blocks = [section(f":warning: {safe(note)}")] if note else []
+    blocks.append(section("*/run* commands\n" + "\n".join(lines)))
+    blocks.append(context("RUN: any unique prefix of a run name · add `here` at the end to post in the "
+                          "channel (otherwise only you see the answer) · `/run` alone = `/run runs`"))
+    text = ([safe(note)] if note else []) + ["/run commands:"] + [f"/run {safe(c.usage)} — {safe(c.help)}" for c in subcommands]
+    return _message(text, blocks)
+
+
+def error_message(text: str) -> Message:
+    """Something went wrong or was refused: one line, escaped (it may quote what the user typed)."""
+    line = safe(" ".join(text.split())) or "something went wrong"
+    return _message([line], [section(f":warning: {line}")])
+
+
+def builder_url(message: Message) -> str:
+    """A Block Kit Builder link that shows the message's blocks (for eyeballing a layout)."""
+    return "https://app.slack.com/block-kit-builder/#" + urllib.parse.quote(
+        json.dumps({"blocks": message["blocks"]}, ensure_ascii=False, separators=(",", ":")), safe="")

@@ -1,0 +1,185 @@
+"""`runbot serve`: the Slack app over Socket Mode or HTTP, with start/stop hooks and a clean stop on SIGTERM (shell)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import signal
+import sys
+from typing import Any, Mapping
+
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+
+from bot.app import Services, build_app, make_services
+from config.registry import ConfigError, Registry
+from config.settings import Settings
+
+log = logging.getLogger("runbot.serve")
+
+EVENTS_PATH = "/slack/events"
+DRAIN_S = 10.0  # on SIGTERM, answers already being worked on get this long to go out
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+# Started after the app is listening, stopped (in reverse) before it lets go. Each item is an
+# object or module with optional `on_start(services)` / `on_stop(services)` (plain or async),
+# or the dotted name of such a module. The watchdog adds itself here to run its scheduler on
+# this event loop.
+STARTUP_HOOKS: list[Any] = []
+
+
+def serve(registry: Registry, settings: Settings) -> int:
+    """Run the bot until SIGTERM or SIGINT; the exit status for `runbot serve`."""
+    setup_logging()
+    try:
+        return asyncio.run(serve_async(registry, settings))
+    except ConfigError as exc:
+        print(f"runbot: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+async def serve_async(
+    registry: Registry,
+    settings: Settings,
+    *,
+    local_env: Mapping[str, str] | None = None,
+    stop: asyncio.Event | None = None,
+    host: str = "0.0.0.0",
+) -> int:
+    """Serve until `stop` is set (SIGTERM and SIGINT set it)."""
+    services = make_services(registry, settings, local_env=local_env)
+    app = build_app(registry, settings, services)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[Any] = []
+    close = None
+    try:
+        if (fault := await _preflight(services, settings)) is not None:
+            print(f"runbot: {fault}", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            close = await (_socket_mode(app, settings) if settings.socket_mode else _http_mode(app, settings, host))
+        except OSError as exc:
+            print(f"runbot: cannot listen on {host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_FAILED
+        for hook in map(_resolve, STARTUP_HOOKS):
+            await _call(hook, "on_start", services)
+            started.append(hook)
+        log.info("ready", extra={"runbot": {"event": "ready", "mode": "socket" if settings.socket_mode else "http",
+                                            "port": None if settings.socket_mode else settings.port,
+                                            "runs": len(registry.runs)}})
+        await stop.wait()
+        log.info("stopping", extra={"runbot": {"event": "stopping", "in_flight": len(services.pending)}})
+        return EXIT_OK
+    finally:
+        if close is not None:
+            await close()  # no new requests from here on
+        for hook in reversed(started):
+            try:
+                await _call(hook, "on_stop", services)
+            except Exception:
+                log.exception("on_stop hook failed")
+        late = await services.drain(DRAIN_S)
+        await services.targets.close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("stopped", extra={"runbot": {"event": "stopped", "cut_off": late}})
+
+
+async def _preflight(services: Services, settings: Settings) -> str | None:
+    """Ask Slack once whether the tokens work, so a bad one is one clear line at start-up rather
+    than a 401 on the first command (HTTP) or a reconnect loop that never ends (Socket Mode)."""
+    name = "SLACK_BOT_TOKEN"
+    try:
+        await services.chat.auth_test()
+        if settings.socket_mode:
+            name = "SLACK_APP_TOKEN"
+            await services.chat.apps_connections_open(app_token=settings.slack_app_token.get_secret_value())
+    except SlackApiError as exc:
+        return f"Slack refused {name}: {exc.response.get('error')} (see docs/slack.md)"
+    except Exception as exc:
+        return f"cannot reach Slack's Web API at {services.chat.base_url}: {type(exc).__name__}: {exc}"
+    return None
+
+
+def http_app(app: AsyncApp) -> web.Application:
+    """POST /slack/events (Bolt checks the signature and the 5-minute window) and GET /healthz."""
+
+    async def events(request: web.Request) -> web.Response:
+        # The verifier does int() on the timestamp; a garbled one is a bad request, not a crash.
+        if not request.headers.get("X-Slack-Request-Timestamp", "").isdigit():
+            return web.Response(status=401, text="missing or invalid X-Slack-Request-Timestamp")
+        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    web_app = web.Application()
+    web_app.router.add_post(EVENTS_PATH, events)
+    web_app.router.add_get("/healthz", healthz)
+    return web_app
+
+
+async def _http_mode(app: AsyncApp, settings: Settings, host: str):
+    runner = web.AppRunner(http_app(app), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, settings.port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner.cleanup
+
+
+async def _socket_mode(app: AsyncApp, settings: Settings):
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    handler = AsyncSocketModeHandler(app, settings.slack_app_token.get_secret_value(), web_client=app.client)
+    try:
+        await handler.connect_async()
+    except BaseException:
+        await handler.close_async()
+        raise
+    return handler.close_async
+
+
+def _resolve(hook: Any) -> Any:
+    return importlib.import_module(hook) if isinstance(hook, str) else hook
+
+
+async def _call(hook: Any, name: str, services: Services) -> None:
+    fn = getattr(hook, name, None)
+    if fn is not None:
+        result = fn(services)
+        if inspect.isawaitable(result):
+            await result
+
+
+class JsonLines(logging.Formatter):
+    """Every log record as one JSON line; a record's `runbot` dict supplies its fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
+        fields = getattr(record, "runbot", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        else:
+            out["msg"] = record.getMessage()
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

@@ -1,0 +1,78 @@
+"""Buttons Refresh / Tail / GPUs: re-probe the run and replace the message in place."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from slack_sdk.errors import SlackApiError
+
+from bot import render_slack
+from bot.render_slack import ACTION_GPUS, ACTION_REFRESH, ACTION_TAIL
+from handlers.commands import (
+    NOT_ALLOWED,
+    TAIL_DEFAULT,
+    log,
+    log_event,
+    send_response,
+    where,
+)
+
+if TYPE_CHECKING:
+    from bot.app import Services
+
+VIEWS = {
+    ACTION_REFRESH: ("status", lambda v, run: render_slack.status_message(v, run.name, where(run))),
+    ACTION_TAIL: ("tail", lambda v, run: render_slack.tail_message(v, TAIL_DEFAULT, run.name)),
+    ACTION_GPUS: ("gpus", lambda v, run: render_slack.gpus_message(v, run.name, where(run))),
+}
+
+
+async def on_button(ack, body: dict, action: dict, context) -> None:
+    await ack()
+    services: Services = context["services"]
+    started = time.monotonic()
+    view, render = VIEWS[action["action_id"]]
+    user = (body.get("user") or {}).get("id", "")
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
+    response_url = body.get("response_url")
+    name = action.get("value", "")
+    with services.tracking():
+        outcome, how = await _click(services, user, channel, name, render, container, response_url)
+    log_event("button", user=user, channel=channel, command=view, run=name[:64], outcome=outcome, via=how,
+              ms=round((time.monotonic() - started) * 1000))
+
+
+async def _click(services: Services, user: str, channel: str, name: str, render, container: dict,
+                 response_url: str | None) -> tuple[str, str]:
+    run = services.registry.runs.get(name)
+    if run is None or not services.registry.access.allows(user, channel, run):
+        # A side note to the clicker only; the message stays as it was.
+        why = NOT_ALLOWED if run is not None else f"run “{name}” is no longer configured"
+        if response_url:
+            await send_response(response_url, {**render_slack.error_message(why), "response_type": "ephemeral",
+                                               "replace_original": False})
+        return ("refused" if run is not None else "unknown_run"), "response_url"
+    verdict = await services.check(run)
+    message = render(verdict, run)
+    outcome = "unreachable" if not verdict.reached else "ok"
+    ts = container.get("message_ts")
+    # Ephemeral messages exist only on the clicker's screen: only their response_url can edit them.
+    # A channel message is edited with chat.update, which also works long after response_url expires.
+    if ts and channel and not container.get("is_ephemeral"):
+        try:
+            await services.chat.chat_update(channel=channel, ts=ts, text=message["text"], blocks=message["blocks"])
+            return outcome, "chat.update"
+        except SlackApiError as exc:  # e.g. cant_update_message: a message not posted by this bot
+            log.warning("chat.update failed (%s); trying response_url", exc.response.get("error"))
+        except Exception as exc:  # Slack unreachable even after the retries
+            log.warning("chat.update failed (%s: %s); trying response_url", type(exc).__name__, exc)
+    if response_url and await send_response(response_url, {**message, "replace_original": True}):
+        return outcome, "response_url"
+    return "undelivered", "none"
+
+
+def register(app) -> None:
+    for action_id in VIEWS:
+        app.action(action_id)(on_button)

@@ -1,0 +1,285 @@
+"""The /run slash command: parse, check access, acknowledge at once, answer through response_url."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from bot import render_slack
+from bot.verdict import Phase, Verdict
+from config.registry import Registry, Run, UnknownRun
+
+if TYPE_CHECKING:
+    from bot.app import Services
+
+log = logging.getLogger("runbot.commands")
+
+TAIL_DEFAULT, TAIL_MAX = 20, 200
+RUNS_CONCURRENCY = 32
+NOT_ALLOWED = "not allowed: ask an admin to add you (and this channel) to runbot's [access] list"
+
+
+class Usage(Exception):
+    """The words do not fit the subcommand: the answer is its usage line, and nothing runs."""
+
+
+class NotAllowed(Exception):
+    """The user or channel is outside [access] (or the run's own lists)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a subcommand answers: a fallback text, Block Kit blocks, and where it goes."""
+
+    text: str
+    blocks: list = field(default_factory=list)
+    in_channel: bool = False  # False: ephemeral, only the user sees it
+    outcome: str = "ok"  # for the command log: "ok", "unreachable", "usage", "refused"…
+
+    @classmethod
+    def of(cls, message: dict, *, in_channel: bool = False, outcome: str = "ok") -> Reply:
+        return cls(message["text"], message.get("blocks", []), in_channel, outcome)
+
+    def payload(self) -> dict:
+        return {"response_type": "in_channel" if self.in_channel else "ephemeral", "text": self.text, "blocks": self.blocks}
+
+
+@dataclass
+class CommandRequest:
+    """One /run invocation, as a subcommand's handler sees it."""
+
+    user_id: str
+    channel_id: str
+    args: list[str]  # the words after the subcommand, `here` removed
+    here: bool  # post the answer in the channel
+    registry: Registry
+    services: Services
+    command: str = ""  # the subcommand as typed, lower-cased
+    run_name: str | None = None  # set by run(), for the command log
+
+    def allowed(self, run: Run | None = None) -> bool:
+        return self.registry.access.allows(self.user_id, self.channel_id, run)
+
+    def allowed_runs(self) -> list[Run]:
+        return [r for r in self.registry.runs.values() if self.allowed(r)]
+
+    def run(self, query: str) -> Run:
+        """The run a name or prefix means, if this user may use it (else UnknownRun / NotAllowed)."""
+        try:
+            run = self.registry.resolve(query)
+        except UnknownRun as exc:
+            # Name only the runs this user could ask about.
+            raise UnknownRun(exc.query, [r.name for r in self.allowed_runs()], exc.ambiguous) from None
+        self.run_name = run.name
+        if not self.allowed(run):
+            raise NotAllowed(run.name)
+        return run
+
+    def reply(self, message: dict, *, outcome: str = "ok") -> Reply:
+        return Reply.of(message, in_channel=self.here, outcome=outcome)
+
+
+Handler = Callable[[CommandRequest], Awaitable[Reply]]
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A word after /run. `usage` is what follows /run: UPPERCASE words are required arguments,
+    [BRACKETED] ones optional; the listener refuses any other count before the handler runs."""
+
+    name: str
+    usage: str
+    help: str
+    handler: Handler
+
+    @property
+    def arity(self) -> tuple[int, int]:
+        words = self.usage.split()[1:]
+        optional = sum(w.startswith("[") for w in words)
+        return len(words) - optional, len(words)
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def subcommand(name: str, usage: str, help: str) -> Callable[[Handler], Handler]:
+    """Register `async def handler(req: CommandRequest) -> Reply` as `/run <name>`."""
+
+    def register(handler: Handler) -> Handler:
+        SUBCOMMANDS[name] = Subcommand(name, usage, help, handler)
+        return handler
+
+    return register
+
+
+def listed() -> list[Subcommand]:
+    """The registered subcommands in help order (help itself last)."""
+    return sorted(SUBCOMMANDS.values(), key=lambda s: s.name == "help")
+
+
+def where(run: Run) -> str:
+    place = "local" if run.is_local else run.host + (f" CT {run.container}" if run.container is not None else "")
+    return f"{place} · {run.log}"
+
+
+def _probe_outcome(verdict: Verdict) -> str:
+    return "unreachable" if verdict.phase is Phase.UNREACHABLE else "ok"
+
+
+# -- the subcommands ------------------------------------------------------------------------
+
+
+@subcommand("status", "status RUN", "the verdict and its evidence")
+async def status(req: CommandRequest) -> Reply:
+    run = req.run(req.args[0])
+    verdict = await req.services.check(run)
+    return req.reply(render_slack.status_message(verdict, run.name, where(run)), outcome=_probe_outcome(verdict))
+
+
+@subcommand("gpus", "gpus RUN", "each GPU over several samples, by role")
+async def gpus(req: CommandRequest) -> Reply:
+    run = req.run(req.args[0])
+    verdict = await req.services.check(run)
+    return req.reply(render_slack.gpus_message(verdict, run.name, where(run)), outcome=_probe_outcome(verdict))
+
+
+@subcommand("tail", "tail RUN [N]", f"the last N log lines (default {TAIL_DEFAULT}, at most {TAIL_MAX}), cleaned")
+async def tail(req: CommandRequest) -> Reply:
+    n = TAIL_DEFAULT
+    if len(req.args) > 1:
+        if not re.fullmatch(r"[0-9]{1,4}", req.args[1]) or not 1 <= int(req.args[1]) <= TAIL_MAX:
+            raise Usage(f"N is a number of lines, 1 to {TAIL_MAX}")
+        n = int(req.args[1])
+    run = req.run(req.args[0])
+    verdict = await req.services.check(run)
+    return req.reply(render_slack.tail_message(verdict, n, run.name), outcome=_probe_outcome(verdict))
+
+
+@subcommand("runs", "runs", "every run you may see, with its one-line verdict")
+async def runs(req: CommandRequest) -> Reply:
+    allowed = req.allowed_runs()
+    if req.registry.runs and not allowed:
+        raise NotAllowed("runs")
+    gate = asyncio.Semaphore(RUNS_CONCURRENCY)
+
+    async def one(run: Run) -> tuple[str, Verdict]:
+        async with gate:
+            return run.name, await req.services.check(run)
+
+    rows = await asyncio.gather(*(one(r) for r in allowed))
+    return req.reply(render_slack.runs_message(rows))
+
+
+@subcommand("help", "help", "this list")
+async def help_(req: CommandRequest) -> Reply:
+    return req.reply(render_slack.help_message(listed()))
+
+
+# -- the listener ---------------------------------------------------------------------------
+
+
+def parse(text: str) -> tuple[str, list[str], bool]:
+    """'/run tail dflash 50 here' text -> ("tail", ["dflash", "50"], True). Nothing -> runs."""
+    words = text.split()
+    here = bool(words) and words[-1].casefold() == "here"
+    if here:
+        words.pop()
+    if not words:
+        return "runs", [], here
+    return words[0].casefold(), words[1:], here
+
+
+async def dispatch(services: Services, user_id: str, channel_id: str, text: str) -> tuple[Reply, CommandRequest, str]:
+    """Run one /run command to (its Reply, the request, the subcommand word). Refusals and
+    mistakes come back as ephemeral replies, never raised."""
+    name, args, here = parse(text)
+    req = CommandRequest(user_id, channel_id, args, here, services.registry, services, command=name)
+    return await _answer(req), req, name
+
+
+async def _answer(req: CommandRequest) -> Reply:
+    # Someone allowed nowhere (not globally, not for any run) gets nothing, not even help.
+    if not (req.allowed() or req.allowed_runs()):
+        return Reply.of(render_slack.error_message(NOT_ALLOWED), outcome="refused")
+    sub = SUBCOMMANDS.get(req.command)
+    if sub is None:
+        note = f"unknown command “{req.command}”"
+        if _is_run(req.registry, req.command):
+            note += f" — did you mean /run status {req.command}?"
+        return Reply.of(render_slack.help_message(listed(), note=note), outcome="unknown_command")
+    low, high = sub.arity
+    if not low <= len(req.args) <= high:
+        return _usage(sub)
+    try:
+        return await sub.handler(req)
+    except Usage as exc:
+        return _usage(sub, str(exc))
+    except UnknownRun as exc:
+        return Reply.of(render_slack.error_message(str(exc)), outcome="unknown_run")
+    except NotAllowed:
+        return Reply.of(render_slack.error_message(NOT_ALLOWED), outcome="refused")
+    except Exception as exc:  # errors are data: the user gets a sentence, the log the traceback
+        log.exception("/run %s failed", req.command)
+        return Reply.of(render_slack.error_message(f"/run {req.command} failed: {type(exc).__name__}: {exc}"[:300]),
+                        outcome="error")
+
+
+def _is_run(registry: Registry, word: str) -> bool:
+    try:
+        registry.resolve(word)
+    except UnknownRun:
+        return False
+    return True
+
+
+def _usage(sub: Subcommand, why: str = "") -> Reply:
+    text = f"usage: /run {sub.usage} — {sub.help}" + (f" ({why})" if why else "")
+    return Reply.of(render_slack.error_message(text), outcome="usage")
+
+
+async def send_response(response_url: str, payload: dict) -> bool:
+    """POST to a response_url (retrying 429s and dropped connections); True when Slack took it."""
+    client = AsyncWebhookClient(
+        response_url, retry_handlers=[AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=2)]
+    )
+    try:
+        result = await client.send_dict(payload)
+    except Exception as exc:  # a network error must not kill the listener
+        log.warning("response_url post failed: %s: %s", type(exc).__name__, exc)
+        return False
+    if result.status_code != 200:
+        log.warning("response_url post refused: HTTP %s %s", result.status_code, result.body[:200])
+    return result.status_code == 200
+
+
+def log_event(event: str, **fields) -> None:
+    """One structured line per command or click (bot.serve formats records as JSON)."""
+    log.info("%s %s", event, json.dumps(fields, ensure_ascii=False), extra={"runbot": {"event": event, **fields}})
+
+
+async def on_run(ack, command: dict, context) -> None:
+    await ack()  # first, whatever comes next: Slack gives up after 3 seconds
+    services: Services = context["services"]
+    started = time.monotonic()
+    user, channel = command.get("user_id", ""), command.get("channel_id", "")
+    with services.tracking():
+        reply, req, _ = await dispatch(services, user, channel, command.get("text", ""))
+        delivered = await send_response(command["response_url"], reply.payload())
+    log_event("command", user=user, channel=channel, command=req.command[:32], args=[a[:64] for a in req.args[:5]],
+              run=req.run_name, here=req.here, outcome=reply.outcome, delivered=delivered,
+              ms=round((time.monotonic() - started) * 1000))
+
+
+def register(app) -> None:
+    app.command("/run")(on_run)

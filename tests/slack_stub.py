@@ -1,0 +1,375 @@
+"""A local stand-in for Slack (Web API, response_url, Socket Mode) and signed-request helpers, for sync and async tests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from aiohttp import WSMsgType, web
+from slack_sdk.signature import SignatureVerifier
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # the signing secret tests sign with
+BOT_TOKEN = "xoxb-1111-2222-testtoken"
+APP_TOKEN = "xapp-1-A111-222-testtoken"
+TEAM_ID, BOT_USER, BOT_ID = "T0TEST", "U0BOT", "B0BOT"
+
+
+@dataclass
+class _Rule:
+    status: int
+    times: int | None  # None: until clear_failures()
+    method: str | None  # None: every Web API method; "response_url": response_url posts
+    retry_after: int | None = None
+
+
+class SlackStub:
+    """Slack's Web API on 127.0.0.1, run by its own thread and event loop.
+
+    `.calls` holds (method, payload) for every Web API call answered ok (what Slack *did*);
+    `.attempts` holds (method, payload, status) for every call, failed ones included;
+    `.responses` holds (name, payload) for every post to a `response_url(name)`;
+    `.events` holds (monotonic time, kind, name, payload) of everything, for benches.
+    Messages posted with chat.postMessage (and edited with chat.update) come back from
+    conversations.history and conversations.replies, metadata included.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.attempts: list[tuple[str, dict, int]] = []
+        self.responses: list[tuple[str, dict]] = []
+        self.events: list[tuple[float, str, str, dict]] = []
+        self.socket_received: list[dict] = []
+        self._rules: list[_Rule] = []
+        self._messages: dict[tuple[str, str], dict] = {}  # (channel, ts) -> the message as Slack stores it
+        self._ts = itertools.count(1)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._sockets: list[web.WebSocketResponse] = []
+        self.port = 0
+
+    # -- lifecycle --
+
+    def start(self) -> SlackStub:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def main() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._serve())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=main, name="slack-stub", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the Slack stub did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+        self._loop = None
+
+    def __enter__(self) -> SlackStub:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    async def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)  # the SDK GETs some methods (conversations.*)
+        app.router.add_post("/response/{name}", self._response)
+        app.router.add_get("/ws", self._ws)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _shutdown(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close()
+        await self._runner.cleanup()
+
+    # -- addresses --
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        """For AsyncWebClient(base_url=…) / SLACK_API_BASE_URL."""
+        return f"{self.url}/api/"
+
+    def response_url(self, name: str = "r1") -> str:
+        return f"{self.url}/response/{urllib.parse.quote(name, safe='')}"
+
+    # -- what happened --
+
+    def posts(self, method: str) -> list[dict]:
+        """Payloads of the successful calls to one Web API method, in order."""
+        return [payload for m, payload in self.calls if m == method]
+
+    def responses_to(self, name: str) -> list[dict]:
+        return [payload for n, payload in self.responses if n == name]
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.attempts.clear()
+            self.responses.clear()
+            self.events.clear()
+            self.socket_received.clear()
+            self._rules.clear()
+            self._messages.clear()
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+        """Block until predicate() is truthy (sync tests); returns its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if value := predicate():
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for the Slack stub")
+            time.sleep(0.01)
+
+    async def until(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+        """Await until predicate() is truthy (async tests: keeps the test's own loop running)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if value := predicate():
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for the Slack stub")
+            await asyncio.sleep(0.01)
+
+    # -- faults --
+
+    def fail(self, status: int = 500, times: int = 1, method: str | None = None) -> None:
+        """The next `times` matching calls answer HTTP `status` (method None: any Web API method)."""
+        self._rules.append(_Rule(status, times, method))
+
+    def fail_until_cleared(self, status: int = 500, method: str | None = None) -> None:
+        self._rules.append(_Rule(status, None, method))
+
+    def rate_limit(self, times: int = 1, retry_after: int = 0, method: str | None = None) -> None:
+        """The next `times` matching calls answer 429 with Retry-After, as Slack does."""
+        self._rules.append(_Rule(429, times, method, retry_after))
+
+    def clear_failures(self) -> None:
+        self._rules.clear()
+
+    def _fault(self, method: str) -> web.Response | None:
+        with self._lock:
+            for rule in self._rules:
+                applies = rule.method == method or (rule.method is None and method != "response_url")
+                if applies and (rule.times is None or rule.times > 0):
+                    if rule.times is not None:
+                        rule.times -= 1
+                    break
+            else:
+                return None
+        if rule.status == 429:
+            return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                     headers={"Retry-After": str(rule.retry_after or 0)})
+        return web.json_response({"ok": False, "error": "internal_error"}, status=rule.status)
+
+    # -- Socket Mode --
+
+    def socket_send(self, envelope: dict) -> None:
+        """Push an envelope to every connected Socket Mode client."""
+        async def send() -> None:
+            for ws in list(self._sockets):
+                await ws.send_str(json.dumps(envelope))
+        asyncio.run_coroutine_threadsafe(send(), self._loop).result(5)
+
+    @property
+    def socket_clients(self) -> int:
+        return len(self._sockets)
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self._sockets.append(ws)
+        await ws.send_str(json.dumps({"type": "hello", "num_connections": 1,
+                                      "connection_info": {"app_id": "A0TEST"}}))
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    data = json.loads(msg.data)
+                    self.socket_received.append(data)
+                    self.events.append((time.monotonic(), "socket", data.get("envelope_id", ""), data))
+        finally:
+            self._sockets.remove(ws)
+        return ws
+
+    # -- handlers --
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        payload = await _payload(request)
+        fault = self._fault(method)
+        status = fault.status if fault is not None else 200
+        self.attempts.append((method, payload, status))
+        if fault is not None:
+            return fault
+        self.calls.append((method, payload))
+        self.events.append((time.monotonic(), "api", method, payload))
+        return web.json_response(self._answer(method, payload))
+
+    def _answer(self, method: str, payload: dict) -> dict:
+        if method == "auth.test":
+            return {"ok": True, "url": "https://runbot-test.slack.com/", "team": "Test", "user": "runbot",
+                    "team_id": TEAM_ID, "user_id": BOT_USER, "bot_id": BOT_ID, "is_enterprise_install": False}
+        if method == "apps.connections.open":
+            return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/ws"}
+        if method == "chat.postMessage":
+            ts = f"1796{next(self._ts):06d}.000100"  # unique and increasing, like Slack's
+            message = {"type": "message", "ts": ts, "text": payload.get("text", ""), "blocks": _json(payload.get("blocks")),
+                       "bot_id": BOT_ID, "user": BOT_USER}
+            if payload.get("thread_ts"):
+                message["thread_ts"] = payload["thread_ts"]
+            if payload.get("metadata"):
+                message["metadata"] = _json(payload["metadata"])
+            self._messages[(payload.get("channel", ""), ts)] = message
+            return {"ok": True, "channel": payload.get("channel"), "ts": ts, "message": message}
+        if method == "chat.update":
+            message = self._messages.get((payload.get("channel", ""), payload.get("ts", "")))
+            if message is not None:
+                message.update(text=payload.get("text", ""), blocks=_json(payload.get("blocks")))
+            return {"ok": True, "channel": payload.get("channel"), "ts": payload.get("ts"), "text": payload.get("text", "")}
+        if method in ("conversations.history", "conversations.replies"):
+            return {"ok": True, "has_more": False, "messages": self._history(method, payload)}
+        return {"ok": True}
+
+    def _history(self, method: str, args: dict) -> list[dict]:
+        """What chat.postMessage put in a channel (newest first), or in one thread (parent first)."""
+        channel, oldest = args.get("channel", ""), float(args.get("oldest") or 0)
+        found = [m for (c, ts), m in self._messages.items() if c == channel and float(ts) > oldest]
+        if method == "conversations.history":
+            return sorted((m for m in found if m.get("thread_ts") in (None, m["ts"])), key=lambda m: float(m["ts"]), reverse=True)
+        thread = args.get("ts", "")
+        return sorted((m for m in found if m["ts"] == thread or m.get("thread_ts") == thread), key=lambda m: float(m["ts"]))
+
+    async def _response(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        payload = await _payload(request)
+        fault = self._fault("response_url")
+        if fault is not None:
+            return fault
+        self.responses.append((name, payload))
+        self.events.append((time.monotonic(), "response", name, payload))
+        return web.Response(text="ok")
+
+
+def _json(value: Any) -> Any:
+    """Form-encoded calls carry blocks and metadata as JSON strings; JSON calls as objects."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+async def _payload(request: web.Request) -> dict:
+    if request.method == "GET":
+        return dict(request.query)
+    text = await request.text()
+    if request.content_type == "application/json":
+        return json.loads(text or "{}")
+    return dict(urllib.parse.parse_qsl(text))
+
+
+# -- signed requests, as Slack sends them ----------------------------------------------------
+
+
+def sign(body: str, secret: str = SECRET, timestamp: int | None = None) -> dict[str, str]:
+    """The headers Slack adds: X-Slack-Request-Timestamp and X-Slack-Signature (v0 HMAC)."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    return {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": SignatureVerifier(secret).generate_signature(timestamp=ts, body=body),
+    }
+
+
+def slash_fields(text: str, *, response_url: str, user_id: str = "U0ALICE", channel_id: str = "C0TEAM",
+                 command: str = "/run") -> dict[str, str]:
+    return {
+        "token": "deprecated-verification-token", "team_id": TEAM_ID, "team_domain": "runbot-test",
+        "channel_id": channel_id, "channel_name": "ml-team", "user_id": user_id, "user_name": "alice",
+        "command": command, "text": text, "api_app_id": "A0TEST", "is_enterprise_install": "false",
+        "response_url": response_url, "trigger_id": f"{uuid.uuid4().int % 10**12}.{TEAM_ID}",
+    }
+
+
+def slash_body(text: str, **kw) -> str:
+    """The form body of a /run slash command (see slash_fields for the keywords)."""
+    return urllib.parse.urlencode(slash_fields(text, **kw))
+
+
+def action_payload(action_id: str, value: str, *, response_url: str, user_id: str = "U0ALICE",
+                   channel_id: str = "C0TEAM", message_ts: str = "1796000001.000100", ephemeral: bool = False) -> dict:
+    payload = {
+        "type": "block_actions", "api_app_id": "A0TEST", "token": "deprecated-verification-token",
+        "user": {"id": user_id, "username": "alice", "team_id": TEAM_ID},
+        "team": {"id": TEAM_ID, "domain": "runbot-test"},
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": channel_id, "is_ephemeral": ephemeral},
+        "channel": {"id": channel_id, "name": "ml-team"},
+        "trigger_id": f"{uuid.uuid4().int % 10**12}.{TEAM_ID}",
+        "response_url": response_url,
+        "actions": [{"type": "button", "action_id": action_id, "block_id": "b1", "value": value,
+                     "text": {"type": "plain_text", "text": action_id}, "action_ts": f"{time.time():.6f}"}],
+    }
+    if not ephemeral:
+        payload["message"] = {"type": "message", "ts": message_ts, "bot_id": BOT_ID, "text": "…", "blocks": []}
+    return payload
+
+
+def action_body(action_id: str, value: str, **kw) -> str:
+    """The form body of a button click (block_actions; see action_payload for the keywords)."""
+    return urllib.parse.urlencode({"payload": json.dumps(action_payload(action_id, value, **kw))})
+
+
+def slash_envelope(text: str, **kw) -> dict:
+    """A /run slash command as Socket Mode delivers it."""
+    return {"envelope_id": str(uuid.uuid4()), "type": "slash_commands", "accepts_response_payload": True,
+            "payload": slash_fields(text, **kw)}
+
+
+def action_envelope(action_id: str, value: str, **kw) -> dict:
+    """A button click as Socket Mode delivers it."""
+    return {"envelope_id": str(uuid.uuid4()), "type": "interactive", "accepts_response_payload": False,
+            "payload": action_payload(action_id, value, **kw)}
+
+
+def signed_request(body: str, secret: str = SECRET, timestamp: int | None = None) -> tuple[bytes, dict[str, str]]:
+    return body.encode(), sign(body, secret, timestamp)
+
+
+def post(url: str, body: str, headers: dict[str, str], timeout: float = 10.0) -> tuple[int, str]:
+    """A blocking POST (for sync tests and subprocess tests): (status, body text)."""
+    req = urllib.request.Request(url, data=body.encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()

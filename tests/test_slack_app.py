@@ -1,0 +1,464 @@
+"""/run and its buttons, end to end over real HTTP: signed requests in, a local Slack stand-in out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+import types
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+import handlers
+from bot import render_slack as rs
+from bot.app import build_app, make_services
+from bot.serve import JsonLines, http_app
+from config.registry import load_registry
+from config.settings import Settings
+from handlers import commands
+from tests.slack_stub import (
+    BOT_TOKEN,
+    SECRET,
+    SlackStub,
+    action_body,
+    sign,
+    slash_body,
+)
+from tests.standins import fake_nvidia_smi, path_with
+
+SMI = "0, 31395, 143771, 97\n1, 30000, 143771, 99\n2, 18211, 143771, 88\n"
+HOSTILE_LOG = (
+    "step=1 loss=2.5 tok/s=900\n"
+    "step=2 loss=2.4 tok/s=910 <!channel> please look <@U0BOSS> @here\n"
+    "export SLACK_BOT_TOKEN=xoxb-123456789012-abcdefghijkl HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456\n"
+    "\x1b[32mgreen\x1b[0m done & dusted\n"
+)
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with SlackStub() as s:
+        yield s
+
+
+class Bot:
+    """runbot's app on a local port, with two local runs on tmp logs and a stand-in nvidia-smi."""
+
+    def __init__(self, tmp: Path, stub: SlackStub, *, access: str = "", dflash_extra: str = "", bot_extra: str = "",
+                 smi_delay: float = 0.0, log: str = HOSTILE_LOG) -> None:
+        self.tmp, self.stub = tmp, stub
+        (tmp / "dflash.log").write_text(log)
+        (tmp / "llama.log").write_text("step=10 loss=1.5 it/s=3.2\n")
+        bin_dir = tmp / "bin"
+        fake_nvidia_smi(bin_dir, [SMI])
+        if smi_delay:
+            (bin_dir / "nvidia-smi").rename(bin_dir / "nvidia-smi.real")
+            (bin_dir / "nvidia-smi").write_text(f'#!/usr/bin/env bash\nsleep {smi_delay}\nexec "$(dirname "$0")/nvidia-smi.real" "$@"\n')
+            (bin_dir / "nvidia-smi").chmod(0o755)
+        self.smi_counter = bin_dir / "smi-rounds" / "counter"
+        (tmp / "runs.toml").write_text(
+            f"[bot]\n{bot_extra}\n{access}\n"
+            f'[runs.dflash]\nhost = "local"\nlog = "{tmp / "dflash.log"}"\ngpu_samples = 1\nsilence_after = "1h"\n{dflash_extra}\n'
+            f"[runs.dflash.gpus]\ntarget = [0, 1]\ndrafter = [2]\n"
+            f'[runs.llama-7b]\nhost = "local"\nlog = "{tmp / "llama.log"}"\ngpu_samples = 1\nsilence_after = "1h"\n'
+        )
+        self.registry = load_registry(tmp / "runs.toml")
+        self.settings = Settings(_env_file=None, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
+                                 slack_app_token=None, slack_api_base_url=stub.api_url)
+        self.services = make_services(self.registry, self.settings, local_env=path_with(bin_dir))
+        self.app = build_app(self.registry, self.settings, self.services)
+        self.names = iter(f"r{i}" for i in range(10_000))
+
+    @property
+    def probes(self) -> int:
+        """nvidia-smi calls so far: one per probe (gpu_samples = 1)."""
+        return int(self.smi_counter.read_text())
+
+    async def __aenter__(self) -> Bot:
+        self.runner = web.AppRunner(http_app(self.app), access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        self.session = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+        await self.runner.cleanup()
+        await self.services.drain(5)
+        await self.services.targets.close()
+
+    async def post(self, body: str, headers: dict) -> tuple[int, str, float]:
+        started = time.monotonic()
+        async with self.session.post(f"{self.url}/slack/events", data=body, headers=headers) as resp:
+            return resp.status, await resp.text(), time.monotonic() - started
+
+    async def command(self, text: str, *, user: str = "U0ALICE", channel: str = "C0TEAM") -> tuple[str, int, float]:
+        """Send `/run text`; returns (response name, HTTP status, seconds to the ack)."""
+        name = next(self.names)
+        body = slash_body(text, response_url=self.stub.response_url(name), user_id=user, channel_id=channel)
+        status, _, took = await self.post(body, sign(body))
+        return name, status, took
+
+    async def answer(self, name: str, timeout: float = 15) -> dict:
+        return (await self.stub.until(lambda: self.stub.responses_to(name), timeout))[0]
+
+    async def ask(self, text: str, **kw) -> dict:
+        name, status, _ = await self.command(text, **kw)
+        assert status == 200
+        return await self.answer(name)
+
+    async def click(self, action_id: str, value: str = "dflash", *, user: str = "U0ALICE", ephemeral: bool = False,
+                    ts: str = "1796000042.000100") -> tuple[str, int]:
+        name = next(self.names)
+        body = action_body(action_id, value, response_url=self.stub.response_url(name), user_id=user,
+                           ephemeral=ephemeral, message_ts=ts)
+        status, _, _ = await self.post(body, sign(body))
+        return name, status
+
+
+@pytest.fixture
+def make_bot(tmp_path, stub):
+    stub.reset()
+    return lambda **kw: Bot(tmp_path, stub, **kw)
+
+
+def lines(payload: dict) -> list[str]:
+    return payload["text"].splitlines()
+
+
+def all_text(payload: dict) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+# -- acknowledged at once, answered through response_url -------------------------------------
+
+
+async def test_the_ack_comes_at_once_whatever_the_probe_takes(make_bot):
+    async with make_bot(smi_delay=1.5) as bot:
+        await bot.ask("help")  # the first request pays for auth.test
+        name, status, ack = await bot.command("status dflash")
+        assert status == 200 and ack < 0.5
+        started = time.monotonic()
+        answer = await bot.answer(name)
+        assert time.monotonic() - started > 1.0  # the answer came later, through response_url
+        assert lines(answer)[0].startswith("step 2 · 910 tok/s")
+
+
+async def test_status_answers_with_the_verdict_first(make_bot, stub):
+    async with make_bot() as bot:
+        answer = await bot.ask("status dflash")
+    assert answer["response_type"] == "ephemeral"
+    assert lines(answer)[0].startswith("step 2 · 910 tok/s · loss 2.4 · ")
+    assert answer["blocks"][0]["text"]["text"].startswith(":large_green_circle: step 2")
+    assert "dflash · training · local · " in answer["text"]
+    assert [e["action_id"] for e in answer["blocks"][-1]["elements"]] == ["runbot.refresh", "runbot.tail", "runbot.gpus"]
+    assert stub.posts("auth.test")  # Bolt checked the token against the stand-in, nowhere else
+
+
+async def test_a_prefix_names_the_run_and_here_posts_in_the_channel(make_bot):
+    async with make_bot() as bot:
+        answer = await bot.ask("status ll here")
+    assert answer["response_type"] == "in_channel"
+    assert "llama-7b · training" in answer["text"]
+
+
+async def test_gpus_answer(make_bot):
+    async with make_bot() as bot:
+        answer = await bot.ask("gpus dflash")
+    assert lines(answer)[1:] == ["target 0–1 busy", "drafter 2 busy"]
+    code = next(b["text"]["text"] for b in answer["blocks"] if b["type"] == "section" and b["text"]["text"].startswith("```"))
+    assert "target:" in code and "drafter:" in code
+
+
+async def test_tail_answer_with_and_without_n(make_bot):
+    async with make_bot() as bot:
+        two = await bot.ask("tail dflash 2")
+        default = await bot.ask("TAIL dflash")
+    code = [b["text"]["text"] for b in two["blocks"] if b["type"] == "section" and b["text"]["text"].startswith("```")]
+    assert len(code) == 1 and "green done" in code[0] and "step=1 " not in code[0]
+    assert "step=1 loss=2.5" in all_text(default)
+
+
+@pytest.mark.parametrize("text", ["", "runs", "here"])
+async def test_runs_lists_every_run(make_bot, text):
+    async with make_bot() as bot:
+        answer = await bot.ask(text)
+    assert {line.split(":")[0] for line in lines(answer)} == {"dflash", "llama-7b"}
+    assert answer["response_type"] == ("in_channel" if text == "here" else "ephemeral")
+
+
+async def test_help_and_unknown_subcommands(make_bot):
+    async with make_bot() as bot:
+        help_ = await bot.ask("help")
+        unknown = await bot.ask("frobnicate <!channel>")
+        nearly = await bot.ask("dflash")
+    for name in ("status RUN", "gpus RUN", "tail RUN [N]", "runs", "help"):
+        assert f"/run {name}" in help_["text"]
+    assert lines(unknown)[0] == "unknown command “frobnicate”"
+    assert "/run status RUN" in unknown["text"]
+    assert "did you mean /run status dflash?" in lines(nearly)[0]
+
+
+@pytest.mark.parametrize("text, usage", [
+    ("tail dflash 20 extra", "usage: /run tail RUN [N]"),
+    ("tail dflash lots", "usage: /run tail RUN [N]"),
+    ("tail dflash 0", "usage: /run tail RUN [N]"),
+    ("status", "usage: /run status RUN"),
+    ("status dflash now", "usage: /run status RUN"),
+    ("runs all", "usage: /run runs"),
+])
+async def test_words_a_command_does_not_take_show_its_usage_and_run_nothing(make_bot, text, usage):
+    async with make_bot() as bot:
+        answer = await bot.ask(text)
+        assert bot.probes == 0
+    assert lines(answer)[0].startswith(usage)
+    assert answer["response_type"] == "ephemeral"
+
+
+async def test_unknown_and_ambiguous_runs_list_the_known_ones(make_bot):
+    async with make_bot() as bot:
+        unknown = await bot.ask("status gpt5 here")
+        assert bot.probes == 0
+    assert lines(unknown)[0] == 'unknown run "gpt5" (known: dflash, llama-7b)'
+    assert unknown["response_type"] == "ephemeral"  # mistakes are not posted in the channel
+
+
+# -- access control ---------------------------------------------------------------------------
+
+
+async def test_a_user_outside_access_is_refused_and_nothing_runs(make_bot, caplog):
+    caplog.set_level(logging.INFO, "runbot.commands")
+    async with make_bot(access='[access]\nusers = ["U0ALICE"]\nchannels = ["C0TEAM"]') as bot:
+        for text in ("status dflash", "runs", "help", "bogus"):
+            refused = await bot.ask(text, user="U0MALLORY")
+            assert lines(refused)[0].startswith("not allowed") and refused["response_type"] == "ephemeral"
+        wrong_channel = await bot.ask("status dflash", channel="C0OTHER")
+        assert lines(wrong_channel)[0].startswith("not allowed")
+        assert bot.probes == 0
+        assert lines(await bot.ask("status dflash"))[0].startswith("step 2")
+    outcomes = [r.runbot["outcome"] for r in caplog.records if getattr(r, "runbot", {}).get("event") == "command"]
+    assert outcomes == ["refused"] * 5 + ["ok"]
+
+
+async def test_a_runs_own_lists_replace_the_global_ones(make_bot):
+    access = '[access]\nusers = ["U0ALICE"]'
+    async with make_bot(access=access, dflash_extra='users = ["U0BOB"]') as bot:
+        assert lines(await bot.ask("status dflash", user="U0BOB"))[0].startswith("step 2")
+        assert lines(await bot.ask("status llama", user="U0BOB"))[0].startswith("not allowed")
+        assert lines(await bot.ask("status dflash"))[0].startswith("not allowed")  # Alice: not on dflash's list
+        runs = await bot.ask("runs", user="U0BOB")
+        assert [line.split(":")[0] for line in lines(runs)] == ["dflash"]
+        unknown = await bot.ask("status nope", user="U0BOB")
+        assert lines(unknown)[0] == 'unknown run "nope" (known: dflash)'
+
+
+# -- requests that are not from Slack ------------------------------------------------------------
+
+
+async def test_bad_signature_and_stale_or_missing_timestamps_are_rejected(make_bot, stub):
+    async with make_bot() as bot:
+        body = slash_body("status dflash", response_url=stub.response_url("evil"))
+        forged = sign(body, secret="not-the-secret")
+        stale = sign(body, timestamp=int(time.time()) - 6 * 60)  # correctly signed, 6 minutes old
+        fresh_enough = sign(body, timestamp=int(time.time()) - 4 * 60)
+        garbled = {**sign(body), "X-Slack-Request-Timestamp": "soon"}
+        missing = {"Content-Type": "application/x-www-form-urlencoded"}
+        for headers in (forged, stale, garbled, missing):
+            status, _, _ = await bot.post(body, headers)
+            assert status == 401
+        tampered_body = body.replace("status", "tail")
+        assert (await bot.post(tampered_body, sign(body)))[0] == 401
+        await asyncio.sleep(0.3)
+        assert stub.responses == [] and bot.probes == 0
+        assert (await bot.post(body, fresh_enough))[0] == 200
+        await bot.answer("evil")
+
+
+async def test_healthz(make_bot):
+    async with make_bot() as bot, bot.session.get(f"{bot.url}/healthz") as resp:
+        assert resp.status == 200 and await resp.json() == {"ok": True}
+
+
+# -- safe to post -------------------------------------------------------------------------------
+
+
+async def test_mentions_in_logs_are_escaped_and_tokens_redacted(make_bot):
+    async with make_bot() as bot:
+        answers = [await bot.ask(t) for t in ("tail dflash", "status dflash here", "runs")]
+        answers += [await bot.ask("status <!channel>"), await bot.ask("<@U0BOSS> hello")]
+    for answer in answers:
+        text = all_text(answer)
+        assert "<!" not in text and "<@" not in text
+        assert "123456789012-abcdefghijkl" not in text and "abcdefghijklmnopqrstuvwxyz123456" not in text
+        assert "\\u001b" not in text
+        assert "@here" not in text
+    tail = all_text(answers[0])
+    assert "&lt;!channel&gt;" in tail and "xoxb-[redacted]" in tail and "hf_[redacted]" in tail
+
+
+# -- failures are answers ---------------------------------------------------------------------------
+
+
+async def test_a_probe_that_times_out_answers_with_what_failed(make_bot):
+    async with make_bot(bot_extra='probe_timeout = "1s"', smi_delay=5) as bot:
+        answer = await bot.ask("status dflash")
+    assert lines(answer)[0] == "probe timed out after 1 s on this machine"
+    assert answer["blocks"][0]["text"]["text"].startswith(":red_circle:")
+
+
+async def test_a_probe_that_raises_answers_with_the_error_not_a_trace(make_bot, monkeypatch):
+    async with make_bot() as bot:
+        def broken(run):
+            raise RuntimeError("ssh pool exploded <!channel>")
+
+        monkeypatch.setattr(bot.services.targets, "runner_for", broken)
+        answer = await bot.ask("status dflash")
+    assert lines(answer)[0] == "the probe failed: RuntimeError: ssh pool exploded &lt;!channel&gt;"
+    assert "Traceback" not in all_text(answer)
+
+
+async def test_a_rate_limited_response_url_is_retried(make_bot, stub):
+    async with make_bot() as bot:
+        await bot.ask("help")
+        stub.rate_limit(times=1, retry_after=0, method="response_url")
+        answer = await bot.ask("status dflash")
+    assert lines(answer)[0].startswith("step 2")
+
+
+# -- buttons ----------------------------------------------------------------------------------------
+
+
+async def test_refresh_on_a_channel_message_updates_it_with_chat_update(make_bot, stub):
+    async with make_bot() as bot:
+        for action_id, marker in (("runbot.refresh", "*progress*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
+            _, status = await bot.click(action_id)
+            assert status == 200
+            before = len(stub.posts("chat.update"))
+            update = (await stub.until(lambda b=before: len(stub.posts("chat.update")) > b and stub.posts("chat.update")))[-1]
+            assert update["channel"] == "C0TEAM" and update["ts"] == "1796000042.000100"
+            assert update["text"].splitlines()[0].startswith("step 2")
+            assert marker in json.dumps(update["blocks"], ensure_ascii=False)
+        assert stub.responses == []
+
+
+async def test_a_button_on_an_ephemeral_message_replaces_it_through_response_url(make_bot, stub):
+    async with make_bot() as bot:
+        name, _ = await bot.click("runbot.tail", ephemeral=True)
+        answer = await bot.answer(name)
+    assert answer["replace_original"] is True
+    assert "green done" in all_text(answer)
+    assert stub.posts("chat.update") == []
+
+
+async def test_chat_update_failure_falls_back_to_response_url(make_bot, stub):
+    async with make_bot() as bot:
+        await bot.ask("help")
+        stub.fail(status=500, times=1, method="chat.update")
+        name, _ = await bot.click("runbot.refresh")
+        answer = await bot.answer(name)
+    assert answer["replace_original"] is True and lines(answer)[0].startswith("step 2")
+
+
+async def test_a_rate_limited_chat_update_is_retried(make_bot, stub):
+    async with make_bot() as bot:
+        await bot.ask("help")
+        stub.rate_limit(times=1, retry_after=0, method="chat.update")
+        await bot.click("runbot.refresh")
+        await stub.until(lambda: stub.posts("chat.update"))
+    assert [status for method, _, status in stub.attempts if method == "chat.update"] == [429, 200]
+
+
+async def test_a_refused_click_changes_nothing(make_bot, stub):
+    async with make_bot(access='[access]\nusers = ["U0ALICE"]') as bot:
+        name, _ = await bot.click("runbot.refresh", user="U0MALLORY")
+        answer = await bot.answer(name)
+        gone, _ = await bot.click("runbot.tail", value="deleted-run")
+        gone_answer = await bot.answer(gone)
+        assert bot.probes == 0
+    assert lines(answer)[0].startswith("not allowed") and answer["replace_original"] is False
+    assert "no longer configured" in gone_answer["text"]
+    assert stub.posts("chat.update") == []
+
+
+# -- the log, and the seam for other subcommands -------------------------------------------------
+
+
+async def test_every_command_is_one_structured_log_line(make_bot, caplog):
+    caplog.set_level(logging.INFO, "runbot.commands")
+    async with make_bot() as bot:
+        await bot.ask("tail dfl 3 here")
+        await bot.click("runbot.gpus", ephemeral=True)
+        await bot.stub.until(lambda: len(bot.stub.responses) == 2)
+        await asyncio.sleep(0.05)
+    records = [r for r in caplog.records if hasattr(r, "runbot")]
+    command, button = (r.runbot for r in records)
+    assert command == {"event": "command", "user": "U0ALICE", "channel": "C0TEAM", "command": "tail", "args": ["dfl", "3"],
+                       "run": "dflash", "here": True, "outcome": "ok", "delivered": True, "ms": command["ms"]}
+    assert button["event"] == "button" and button["command"] == "gpus" and button["via"] == "response_url"
+    line = JsonLines().format(records[0])
+    assert "\n" not in line and json.loads(line)["outcome"] == "ok"
+
+
+@pytest.fixture
+def follow_module(monkeypatch):
+    """A stand-in for another developer's listener module: decorates a subcommand, registers a listener."""
+    monkeypatch.setattr(commands, "SUBCOMMANDS", dict(commands.SUBCOMMANDS))  # restored afterwards
+    registered = []
+    module = types.ModuleType("tests_fake_follow")
+
+    @commands.subcommand("follow", "follow RUN", "follow a restart until the first step")
+    async def follow(req: commands.CommandRequest) -> commands.Reply:
+        run = req.run(req.args[0])
+        return req.reply(rs.error_message(f"following {run.name}"))
+
+    module.register = registered.append
+    monkeypatch.setitem(sys.modules, "tests_fake_follow", module)
+    monkeypatch.setattr(handlers, "EXTRA", [*handlers.EXTRA, "tests_fake_follow"])
+    return registered
+
+
+async def test_other_modules_add_subcommands_and_listeners(make_bot, follow_module):
+    async with make_bot() as bot:
+        assert follow_module == [bot.app]
+        help_ = await bot.ask("help")
+        followed = await bot.ask("follow dfl")
+        usage = await bot.ask("follow")
+    assert "/run follow RUN — follow a restart" in help_["text"]
+    assert help_["text"].splitlines()[-1].startswith("/run help")
+    assert lines(followed)[0] == "following dflash"
+    assert lines(usage)[0].startswith("usage: /run follow RUN")
+
+
+# -- the stand-in itself (the watchdog's tests lean on it too) --------------------------------------
+
+
+def test_the_stub_behaves_like_slacks_web_api(stub):
+    from slack_sdk import WebClient
+    from slack_sdk.errors import SlackApiError
+
+    stub.reset()
+    client = WebClient(token=BOT_TOKEN, base_url=stub.api_url)
+    meta = {"event_type": "runbot_alert", "event_payload": {"key": "k1"}}
+    parent = client.chat_postMessage(channel="C0ALERTS", text="silent", metadata=meta)["ts"]
+    reply = client.chat_postMessage(channel="C0ALERTS", text="still silent", thread_ts=parent)["ts"]
+    assert float(reply) > float(parent)
+    client.chat_update(channel="C0ALERTS", ts=parent, text="recovered", blocks=[])
+    history = client.conversations_history(channel="C0ALERTS", include_all_metadata=True)["messages"]
+    assert [(m["ts"], m["text"]) for m in history] == [(parent, "recovered")]
+    assert history[0]["metadata"]["event_payload"] == {"key": "k1"}
+    assert [m["text"] for m in client.conversations_replies(channel="C0ALERTS", ts=parent)["messages"]] == ["recovered", "still silent"]
+    stub.fail(status=500, times=1, method="chat.postMessage")
+    with pytest.raises(SlackApiError):
+        client.chat_postMessage(channel="C0ALERTS", text="x")
+    stub.rate_limit(times=1, retry_after=7)
+    with pytest.raises(SlackApiError) as limited:
+        client.auth_test()
+    assert limited.value.response.status_code == 429 and limited.value.response.headers["Retry-After"] == "7"
+    assert [status for _, _, status in stub.attempts][-2:] == [500, 429]
+    assert len(stub.posts("chat.postMessage")) == 2  # .calls holds only what Slack did
