@@ -24,6 +24,8 @@ MAX_SECTION = 3000
 MAX_HEADER = 150
 MAX_TOTAL = 11_000
 MAX_TEXT = 3000
+# Slack cuts a message past 40,000 characters; stay well under it once JSON-encoded.
+MAX_ENCODED = 36_000
 CODE_WIDTH = 45  # a phone shows about this many monospace columns before wrapping
 ROWS_PER_LINE = 3  # a long log line keeps this many wrapped rows, then "…"
 MAX_FACTS = 6
@@ -195,7 +197,8 @@ def fit(message: Message) -> Message:
     actions = blocks.pop() if blocks and blocks[-1].get("type") == "actions" else None
     room = MAX_BLOCKS - (actions is not None) - 1  # one left for the note
     dropped = 0
-    while blocks and (len(blocks) > room or sum(map(block_chars, blocks)) > MAX_TOTAL - 100):
+    while blocks and (len(blocks) > room or sum(map(block_chars, blocks)) > MAX_TOTAL - 100
+                      or _encoded_size(message, blocks) > MAX_ENCODED):
         blocks.pop()
         dropped += 1
     if dropped:
@@ -203,6 +206,11 @@ def fit(message: Message) -> Message:
     if actions is not None:
         blocks.append(actions)
     return {**message, "blocks": blocks}
+
+
+def _encoded_size(message: Message, blocks: list) -> int:
+    """The request as Slack receives it: quotes and backslashes in log text double when encoded."""
+    return len(json.dumps({"text": message.get("text", ""), "blocks": blocks}, ensure_ascii=False))
 
 
 def block_chars(block: dict) -> int:
