@@ -10,11 +10,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from bot import render_text
+from bot.chat import PrintingChat
 from bot.checkup import check
 from bot.runners import LocalRunner
+from bot.store import Store
 from bot.verdict import Verdict
+from bot.watchdog import Watchdog
 from config.registry import load_registry
 
 # A stand-in nvidia-smi that follows the job's phase: two H200s, GPU 0 the target, GPU 1 a drafter.
@@ -33,7 +37,8 @@ esac
 
 _CONFIG = """\
 [bot]
-check_every = "2s"
+check_every = "{every}"
+alert_channel = "#training-alerts"
 
 [defaults]
 gpu_samples = 4
@@ -75,7 +80,8 @@ class Demo:
         smi.chmod(0o755)
         silence = "4s" if scale >= 1 else "2s"
         config = folder / "runs.toml"
-        config.write_text(_CONFIG.format(log=_toml_string(str(self.log)), silence=silence))
+        every = "2s" if scale >= 1 else "1s"  # the fast demo's silence is short: sweep often enough to see it
+        config.write_text(_CONFIG.format(log=_toml_string(str(self.log)), silence=silence, every=every))
         self.registry = load_registry(config)
         self.run = self.registry.runs["demo"]
         self.runner = LocalRunner({"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
@@ -123,6 +129,10 @@ def _toml_string(text: str) -> str:
 
 async def _main(demo: Demo) -> int:
     job = demo.start_job()
+    # The real watchdog on its own schedule, posting to a chat that prints: the alert thread as it happens.
+    watchdog = Watchdog(demo.registry, SimpleNamespace(runner_for=lambda run: demo.runner),
+                        Store(demo.registry.bot.state_db), PrintingChat(lambda line: _say(f"  [alert] {line}")))
+    watchdog.start()
     try:
         for phase, commands in _SCRIPT:
             await demo.wait_for(phase, job)
@@ -132,11 +142,15 @@ async def _main(demo: Demo) -> int:
             for command in commands:
                 await demo.show(command)
         job.wait(timeout=30)
+        await watchdog.stop()
+        await watchdog.sweep()  # the last word, should the crash fall between two scheduled sweeps
     finally:
+        await watchdog.stop()
+        watchdog.store.close()
         if job.poll() is None:
             job.kill()
             job.wait()
-    _say("demo finished: every answer above came from the real probe and diagnosis.")
+    _say("demo finished: every answer and alert above came from the real probe, diagnosis and watchdog.")
     return 0
 
 

@@ -30,7 +30,7 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 # object or module with optional `on_start(services)` / `on_stop(services)` (plain or async),
 # or the dotted name of such a module. The watchdog adds itself here to run its scheduler on
 # this event loop.
-STARTUP_HOOKS: list[Any] = []
+STARTUP_HOOKS: list[Any] = ["bot.watchdog"]  # bot/watchdog.py on_start/on_stop: the watchdog's scheduler
 
 
 def serve(registry: Registry, settings: Settings) -> int:

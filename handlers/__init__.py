@@ -2,4 +2,4 @@
 
 # Modules (dotted names) that bot.app.build_app imports and registers after commands and
 # actions, in this order: e.g. "handlers.watch" appends itself here to add watch/mute/unmute.
-EXTRA: list[str] = []
+EXTRA: list[str] = ["handlers.watch"]

@@ -1,0 +1,187 @@
+"""Pure: alert messages (parent, thread replies) and the `/run watch` message as Slack payloads."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, tzinfo
+
+from bot import humanize as hz
+from bot.alerts import Post, Reply, RunState, Status, severity
+from bot.render_slack import (
+    ACTION_MUTE,
+    buttons,
+    context,
+    cut,
+    fit,
+    safe,
+    section,
+    verdict_blocks,
+)
+from bot.verdict import Phase, Verdict
+
+MUTE_FOR_S = 3600.0  # the alert's Mute button
+EMOJI = {"crit": ":red_circle:", "warn": ":large_orange_circle:", "recovering": ":large_yellow_circle:",
+         "recovered": ":white_check_mark:", "finished": ":checkered_flag:"}
+
+
+def clock(ts: float, tz: tzinfo | None = None) -> str:
+    """14:30 in the bot's time zone (tz None: the local one)."""
+    return datetime.fromtimestamp(ts, tz).strftime("%H:%M")
+
+
+def concern_words(concern: str | None) -> str:
+    if concern is None:
+        return "a problem"
+    what, _, who = concern.partition(":")
+    return {
+        "silent": "silent", "crashed": "crashed", "stopped": "stopped", "no_log": "log missing",
+        "unreadable": "log unreadable", "unreachable": "unreachable", "hung_on_exit": "hung on exit",
+        "thread_died": f"thread {who} died", "gpu_idle": f"{who} GPUs idle",
+    }.get(what, what.replace("_", " "))
+
+
+def _emoji(state: RunState) -> str:
+    if state.status is Status.RESOLVED:
+        return EMOJI["recovered"]
+    if state.status is Status.FINISHED:
+        return EMOJI["finished"]
+    if state.status is Status.RECOVERING:
+        return EMOJI["recovering"]
+    return EMOJI["crit"] if state.concern is None or severity(state.concern) >= 3 else EMOJI["warn"]
+
+
+def mute_note(state: RunState, now: float, tz: tzinfo | None = None) -> str:
+    """"muted until 14:30" while a mute holds, else ""."""
+    if not state.muted(now):
+        return ""
+    by = f" by <@{state.muted_by}>" if state.muted_by else ""
+    return f"muted until {clock(state.muted_until, tz)}{by}"  # type: ignore[arg-type]
+
+
+def _parent_line(run: str, state: RunState, now: float) -> str:
+    """The parent's first line: what the incident is now, in words (not yet escaped)."""
+    head = " ".join(state.headline.split())
+    if state.status is Status.RESOLVED:
+        took = hz.duration((state.closed_at or now) - (state.opened_at or now))
+        return f"{run} recovered after {took} ({concern_words(state.concern)}) — {head}"
+    if state.status is Status.FINISHED:
+        return f"{run} {head}" if head.startswith("finished") else f"{run} finished — {head}"
+    return f"{run}: {head}"
+
+
+def parent(run: str, state: RunState, verdict: Verdict | None, now: float, tz: tzinfo | None = None) -> dict:
+    """The incident's parent message as it should read now: {"text", "blocks"}; the text's first line is the verdict."""
+    line = f"{_emoji(state)} {cut(safe(_parent_line(run, state, now)), 1000)}"
+    blocks = [section(line)]
+    if verdict is not None and state.status in (Status.OPEN, Status.RECOVERING):
+        blocks += verdict_blocks(verdict)[1:]  # the evidence; the line above already says the verdict
+    notes = []
+    if state.opened_at is not None and state.status is not Status.FINISHED:
+        notes.append(f"{safe(concern_words(state.concern))} since {clock(state.opened_at, tz)}")
+    if state.changed_at is not None and state.changed_at != state.opened_at:
+        notes.append(f"updated {clock(state.changed_at, tz)}")
+    muted = mute_note(state, now, tz)
+    if muted:
+        notes.append(muted)
+    if notes:
+        blocks.append(context(" · ".join(notes)))
+    if state.status is not Status.FINISHED:
+        blocks.append(buttons(run, extra=(("Mute 1h", ACTION_MUTE),)))
+    return fit({"text": line + (f"\n{muted}" if muted else ""), "blocks": blocks})
+
+
+def reply(run: str, action: Reply, state: RunState, now: float) -> dict:
+    """A message in the incident's thread (no buttons: the parent has them)."""
+    head = cut(safe(" ".join(state.headline.split())), 1000)
+    what = safe(concern_words(action.concern))
+    since = hz.duration(now - state.opened_at) if state.opened_at is not None else "?"
+    text = {
+        "still": f"{_emoji(state)} still {what} — open {since}: {head}",
+        "changed": f"{_emoji(state)} now {what}: {head}",
+        "reopened": f"{_emoji(state)} {what} again: {head}",
+        "recovered": f"{EMOJI['recovered']} recovered after {since}: {head}",
+        "finished": f"{EMOJI['finished']} {head}",
+    }.get(action.note, head)
+    return {"text": text, "blocks": [section(text)]}
+
+
+def message(run: str, action: Post | Reply, state: RunState, verdict: Verdict | None, now: float,
+            tz: tzinfo | None = None) -> dict:
+    """The payload of a Post or a Reply."""
+    if isinstance(action, Post):
+        return parent(run, state, verdict, now, tz)
+    return reply(run, action, state, now)
+
+
+# --- /run watch -----------------------------------------------------------------------------
+
+WATCH_DONE = {"trained": ":white_check_mark:", "crashed": ":x:", "finished": ":checkered_flag:", "timeout": ":stopwatch:"}
+
+
+def watch_stage(verdict: Verdict) -> str:
+    """One stage of a restart in a few words: "starting…", "loading weights 15% (131/851)", "step 10 · 14.2K tok/s"."""
+    if verdict.phase is Phase.STARTING:
+        return "starting…"
+    if verdict.phase is Phase.TRAINING and verdict.step is not None:
+        step = verdict.step
+        bits = [f"step {step.step}" if step.step is not None else "first step"]
+        if step.rate is not None:
+            bits.append(f"{hz.count(step.rate)} {step.rate_unit or 'it/s'}")
+        return " · ".join(bits)
+    if verdict.phase in (Phase.CRASHED, Phase.STOPPED, Phase.UNREACHABLE, Phase.NO_LOG, Phase.SILENT):
+        return verdict.headline
+    # "no steps yet — loading weights 15% (131/851) — Target 1 on cuda:1" -> "loading weights 15% (131/851)"
+    return verdict.headline.removeprefix("no steps yet — ").split(" — ")[0]
+
+
+_LEAD = re.compile(r"^[^0-9]*")
+
+
+def advance(trail: tuple[str, ...], stage: str, limit: int = 8) -> tuple[str, ...]:
+    """Add a stage; a run of the same stage (a bar moving) keeps only its first and latest frames."""
+    if trail and trail[-1] == stage:
+        return trail
+    lead = _LEAD.match(stage)[0]  # type: ignore[index]
+    same = lambda other: _LEAD.match(other)[0] == lead and lead != other
+    if len(trail) >= 2 and same(trail[-1]) and same(trail[-2]):
+        trail = trail[:-1]
+    return (trail + (stage,))[-limit:]
+
+
+def _trail_text(trail: tuple[str, ...]) -> str:
+    shown = []
+    for i, stage in enumerate(trail):
+        lead = _LEAD.match(stage)[0]  # type: ignore[index]
+        if i and lead != stage and trail[i - 1].startswith(lead):
+            stage = stage[len(lead):]  # "loading weights 15% → 60%"
+        shown.append(stage)
+    return " → ".join(shown)
+
+
+def watch_message(run: str, trail: tuple[str, ...], done: str | None, started: float, now: float) -> dict:
+    """The message `/run watch` keeps editing: the trail of stages, then how it ended."""
+    if done == "trained" and len(trail) > 1:  # it was restarting: this is the first step seen
+        trail = (*trail[:-1], "first " + trail[-1])
+    text = _trail_text(trail) or "probing…"
+    mark = f" {WATCH_DONE[done]}" if done else ""
+    status = {
+        None: f"watching {run} · {hz.duration(now - started)}",
+        "trained": f"{run} is training — stopped watching",
+        "crashed": f"{run} stopped — stopped watching",
+        "finished": f"{run} finished — stopped watching",
+        "timeout": f"no first step after {hz.duration(now - started)} — stopped watching",
+    }[done]
+    line = f"{cut(safe(text), 2500)}{mark}"
+    return {"text": f"{safe(run)}: {line}", "blocks": [section(f"*{safe(run)}* {line}"), context(safe(status))]}
+
+
+def watch_outcome(verdict: Verdict, started: float, now: float, limit: float) -> str | None:
+    """Why a watch stops now, or None to keep going."""
+    if verdict.phase in (Phase.TRAINING, Phase.THREAD_DIED) and verdict.step is not None:
+        return "trained"
+    if verdict.phase in (Phase.CRASHED, Phase.STOPPED):
+        return "crashed"
+    if verdict.phase is Phase.FINISHED:
+        return "finished"
+    return "timeout" if now - started >= limit else None
+

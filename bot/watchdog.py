@@ -1,0 +1,335 @@
+"""The watchdog: APScheduler sweeps probe every run, the alert machine decides, the outbox delivers (shell)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import Any
+
+from bot import alerts, render_alerts
+from bot.alerts import Policy, Post, RunState, Seen, Update
+from bot.chat import Chat, ChatError, SlackChat
+from bot.checkup import verdict_from_output
+from bot.diagnose import unreachable
+from bot.probe import build_script
+from bot.store import Outgoing, Pending, Store, Watch
+from bot.verdict import Verdict
+from config.registry import LOCAL, Registry, Run
+
+log = logging.getLogger("runbot.watchdog")
+
+LOCAL_PROBES = 16  # concurrent probes on this machine (SSH hosts use their own max_channels)
+PROBE_GRACE_S = 5.0  # over the probe's own timeout, before the watchdog gives up on it
+CHAT_CONCURRENCY = 4  # Slack calls at once: a burst of alerts should meet rate limits gently
+WATCH_EVERY_S = 3.0
+WATCH_LIMIT_S = 1800.0
+KEEP_SENT_S = 7 * 86400.0  # sent outbox rows are kept this long (for a look at what went out)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    seconds: float
+    probed: int
+    still_running: tuple[str, ...]  # runs whose probe from an earlier sweep has not come back
+    queued: int  # messages this sweep decided
+    waiting: int  # runs with messages still waiting for Slack afterwards
+
+
+class Watchdog:
+    """Owns the scheduler's jobs, the per-run states (cached, written through to the store) and delivery."""
+
+    def __init__(self, registry: Registry, targets: Any, store: Store, chat: Chat, *,
+                 clock: Callable[[], float] = time.time, tz: tzinfo | None = None, policy: Policy | None = None,
+                 local_probes: int = LOCAL_PROBES, watch_every: float = WATCH_EVERY_S) -> None:
+        self.registry, self.targets, self.store, self.chat = registry, targets, store, chat
+        self.clock, self.tz, self.watch_every = clock, tz, watch_every
+        self.policy = policy or Policy(remind_every=registry.bot.remind_every)
+        self.states: dict[str, RunState] = store.states()
+        self.verdicts: dict[str, Verdict] = {}  # the latest, for the parent's evidence and "since last check"
+        self.scheduler = None
+        self._gates = {name: asyncio.Semaphore(h.max_channels) for name, h in registry.hosts.items()}
+        self._gates[LOCAL] = asyncio.Semaphore(local_probes)
+        self._inflight: dict[str, asyncio.Task] = {}
+        self._sending: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._slack_down = False
+        self._chat_gate = asyncio.Semaphore(CHAT_CONCURRENCY)
+        self._queued = 0
+        self._backlog = {row.run for row in store.pending()}
+        self._trails: dict[str, tuple[str, ...]] = {}
+        for run in registry.runs.values():
+            if run.alert_channel is None:
+                log.warning("run %s has no alert_channel: its alerts are tracked but not posted", run.name)
+
+    # --- sweeps -------------------------------------------------------------------------------
+
+    async def sweep(self, wait: float | None = None) -> SweepReport:
+        """Probe every run at once; judge each as its probe comes back, so a slow host delays only itself.
+
+        Returns after `wait` seconds even if some probes are still out (they finish on their own,
+        and the next sweep skips their runs); None waits for all."""
+        started = time.perf_counter()
+        self._slack_down = False
+        queued_before = self._queued
+        launched, busy = [], []
+        for run in self.registry.runs.values():
+            task = self._inflight.get(run.name)
+            if task is not None and not task.done():
+                busy.append(run.name)
+                continue
+            task = asyncio.create_task(self._sweep_one(run), name=f"probe:{run.name}")
+            self._inflight[run.name] = task
+            launched.append(task)
+        if launched:
+            await asyncio.wait(launched, timeout=wait)
+        for run in list(self._backlog - set(self._inflight_names())):  # runs whose earlier messages still wait
+            await self.deliver(run)
+        report = SweepReport(time.perf_counter() - started, len(launched), tuple(busy),
+                             self._queued - queued_before, len(self._backlog))
+        log.info("sweep: %d runs in %.2f s · %d messages queued · %d runs with messages waiting%s",
+                 report.probed, report.seconds, report.queued, report.waiting,
+                 f" · still probing {', '.join(busy)}" if busy else "")
+        return report
+
+    def _inflight_names(self) -> list[str]:
+        return [name for name, task in self._inflight.items() if not task.done()]
+
+    async def _sweep_one(self, run: Run) -> None:
+        try:
+            verdict = await self.probe(run)
+            self.judge(run, verdict)
+            if run.name in self._backlog:
+                await self.deliver(run.name)
+        except Exception:  # one run's bug must not end the sweep for the others
+            log.exception("watchdog: checking %s failed", run.name)
+
+    async def probe(self, run: Run) -> Verdict:
+        """One probe with a hard deadline; whatever goes wrong comes back as an unreachable verdict."""
+        timeout = self.registry.bot.probe_timeout
+        async with self._gates.get(run.host, self._gates[LOCAL]):
+            try:
+                return await asyncio.wait_for(self._check(run, timeout), timeout + PROBE_GRACE_S)
+            except TimeoutError:
+                return unreachable(run, f"the probe of {run.name} did not come back within {timeout + PROBE_GRACE_S:g} s", "timeout")
+            except Exception as exc:  # noqa: BLE001 - said in the verdict, not raised into the sweep
+                return unreachable(run, f"probing {run.name} failed: {type(exc).__name__}: {exc}", "probe")
+
+    async def _check(self, run: Run, timeout: float) -> Verdict:
+        """bot.checkup.check, with the parse in a worker thread: reading a 64 KiB window costs tens of ms of
+        CPU, and hundreds of them in a row on the event loop would hold up Slack's 3-second acks."""
+        nonce = secrets.token_hex(8)
+        result = await self.targets.runner_for(run).run(build_script(run, nonce), timeout=timeout)
+        return await asyncio.to_thread(verdict_from_output, run, result, nonce, self.verdicts.get(run.name))
+
+    def judge(self, run: Run, verdict: Verdict) -> list[int]:
+        """Decide, render and commit in one go (no await in between: a mute can't slip in)."""
+        now = self.clock()
+        self.verdicts[run.name] = verdict
+        new, actions = alerts.decide(self.states.get(run.name), Seen.of(verdict), now, self.policy)
+        return self._commit(run, new, actions, verdict, now)
+
+    def _commit(self, run: Run, new: RunState, actions: list, verdict: Verdict | None, now: float) -> list[int]:
+        messages = []
+        for action in actions:
+            if isinstance(action, Update):
+                messages.append(Outgoing("update", render_alerts.parent(run.name, new, verdict, now, self.tz)))
+            else:
+                payload = render_alerts.message(run.name, action, new, verdict, now, self.tz)
+                messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel))
+        if run.alert_channel is None:
+            messages = []
+        if new == self.states.get(run.name) and not messages:
+            return []
+        ids = self.store.commit(run.name, new, messages, now)  # before anything is sent
+        self.states[run.name] = new
+        if ids:
+            self._queued += len(ids)
+            self._backlog.add(run.name)
+            said = ", ".join(f"{type(a).__name__.lower()} {getattr(a, 'note', '')}".strip() for a in actions)
+            log.info("%s: %s (now %s)", run.name, said, new.status.value)
+        return ids
+
+    # --- delivery -----------------------------------------------------------------------------
+
+    async def deliver(self, run_name: str) -> None:
+        """Send a run's waiting messages in order; stop at the first failure (the next sweep retries)."""
+        async with self._sending[run_name]:
+            rows = self.store.pending(run_name)
+            for row in rows:
+                if self._slack_down or (row.op != "post" and row.parent_ts is None):
+                    break  # Slack is down, or the thread's parent has not gone out yet
+                if not await self._send(row):
+                    break
+            if not self.store.pending(run_name):
+                self._backlog.discard(run_name)
+
+    async def _send(self, row: Pending) -> bool:
+        async with self._chat_gate:
+            return await self._send_now(row)
+
+    async def _send_now(self, row: Pending) -> bool:
+        if self._slack_down:
+            return False
+        in_doubt = row.tried_at is not None
+        self.store.trying(row.id, self.clock())  # written before the call: a crash from here on leaves it in doubt
+        text, blocks = row.payload.get("text", ""), row.payload.get("blocks")
+        try:
+            if in_doubt and row.op != "update" and (ts := await self._find(row)):
+                log.info("%s: %s %s was already posted (ts %s); not posting it again", row.run, row.op, row.key, ts)
+            elif row.op == "update":
+                await self.chat.update(row.channel, row.parent_ts, text, blocks)  # type: ignore[arg-type]
+                ts = row.parent_ts
+            else:
+                ts = await self.chat.post(row.channel, text, blocks, row.parent_ts, key=row.key)
+        except ChatError as exc:
+            self.store.failed(row.id, str(exc), in_doubt=exc.in_doubt or in_doubt)
+            self._slack_down = self._slack_down or exc.transient
+            log.warning("%s: %s not delivered (%s attempt%s): %s", row.run, row.op, row.attempts + 1,
+                        "" if row.attempts == 0 else "s", exc)
+            return False
+        channel = getattr(self.chat, "channel_id", lambda c: c)(row.channel)
+        self.store.sent(row, ts, self.clock(), channel=channel)  # after the call
+        return True
+
+    async def _find(self, row: Pending) -> str | None:
+        """Look for the message an interrupted attempt may have posted (None: not there, or no way to tell)."""
+        find = getattr(self.chat, "find", None)
+        if find is None:
+            return None
+        try:
+            since = (row.tried_at or self.clock()) - 300  # Slack's clock may differ a little from ours
+            return await find(row.channel, row.key, thread_ts=row.parent_ts if row.op == "reply" else None, since=since)
+        except ChatError as exc:
+            if exc.transient:
+                raise
+            # No history scope (or a stand-in without the method): a rare duplicate beats a lost alert.
+            log.warning("%s: cannot look for an earlier attempt (%s); posting again", row.run, exc)
+            return None
+
+    # --- mutes --------------------------------------------------------------------------------
+
+    async def mute(self, run: Run, until: float | None, by: str | None = None) -> RunState:
+        """Mute a run until `until` (None: unmute); a live alert's parent says so at once."""
+        now = self.clock()
+        new, actions = alerts.mute(self.states.get(run.name), until, now, by)
+        self._commit(run, new, actions, self.verdicts.get(run.name), now)
+        await self.deliver(run.name)
+        return new
+
+    def muted_until(self, run_name: str) -> float | None:
+        state = self.states.get(run_name)
+        return state.muted_until if state is not None and state.muted(self.clock()) else None
+
+    # --- /run watch ---------------------------------------------------------------------------
+
+    async def watch(self, run: Run, channel: str, user: str | None = None) -> tuple[Watch, bool]:
+        """Start watching a restart; (the watch, True) — or (the live one in the way, False)."""
+        now = self.clock()
+        live = next((w for w in self.store.watches() if w.run == run.name and w.started_at > now - WATCH_LIMIT_S), None)
+        if live is not None or run.name in self._trails:
+            return live or Watch(run.name, channel, "", now, user), False
+        self._trails[run.name] = ()  # claimed before the first await: a second /run watch sees it
+        try:
+            first = render_alerts.watch_message(run.name, (), None, now, now)
+            ts = await self.chat.post(channel, first["text"], first["blocks"])
+        except BaseException:
+            del self._trails[run.name]
+            raise
+        watch = Watch(run.name, getattr(self.chat, "channel_id", lambda c: c)(channel), ts, now, user)
+        self.store.start_watch(watch, stale_before=now - WATCH_LIMIT_S)
+        self._schedule_watch(watch)
+        return watch, True
+
+    def _schedule_watch(self, watch: Watch) -> None:
+        self._trails.setdefault(watch.run, ())
+        if self.scheduler is not None:
+            self.scheduler.add_job(self.watch_tick, "interval", seconds=self.watch_every, args=[watch.run],
+                                   id=f"watch:{watch.run}", replace_existing=True, max_instances=1, coalesce=True,
+                                   next_run_time=datetime.now(self.scheduler.timezone))
+
+    async def watch_tick(self, run_name: str) -> str | None:
+        """One look at a watched run: edit the message; returns why the watch ended, or None."""
+        watch = next((w for w in self.store.watches() if w.run == run_name), None)
+        run = self.registry.runs.get(run_name)
+        if watch is None or run is None:
+            self._end_watch(run_name)
+            return "gone"
+        verdict = await self.probe(run)
+        now = self.clock()
+        trail = render_alerts.advance(self._trails.get(run_name, ()), render_alerts.watch_stage(verdict))
+        self._trails[run_name] = trail
+        done = render_alerts.watch_outcome(verdict, watch.started_at, now, WATCH_LIMIT_S)
+        message = render_alerts.watch_message(run_name, trail, done, watch.started_at, now)
+        try:
+            await self.chat.update(watch.channel, watch.ts, message["text"], message["blocks"])
+        except ChatError as exc:  # progress, not an alert: the next tick shows the newer state anyway
+            log.warning("watch %s: edit failed: %s", run_name, exc)
+        if done:
+            self._end_watch(run_name)
+        return done
+
+    def _end_watch(self, run_name: str) -> None:
+        self.store.end_watch(run_name)
+        self._trails.pop(run_name, None)
+        if self.scheduler is not None and self.scheduler.get_job(f"watch:{run_name}"):
+            self.scheduler.remove_job(f"watch:{run_name}")
+
+    # --- the scheduler ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start sweeping on the running event loop (APScheduler 3's AsyncIOScheduler), and resume watches."""
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        self.scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+        every = self.registry.bot.check_every
+        self.scheduler.add_job(self._scheduled_sweep, "interval", seconds=every, id="sweep", max_instances=1,
+                               coalesce=True, misfire_grace_time=None, next_run_time=datetime.now(self.scheduler.timezone))
+        self.scheduler.start()
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not two lines a sweep about running a job
+        now = self.clock()
+        for watch in self.store.watches():
+            if watch.started_at > now - WATCH_LIMIT_S and watch.run in self.registry.runs:
+                self._schedule_watch(watch)
+            else:
+                self.store.end_watch(watch.run)
+        log.info("watchdog: %d runs every %g s", len(self.registry.runs), every)
+
+    async def _scheduled_sweep(self) -> None:
+        # The sweep job returns before the next tick, so a slow host never holds up the next sweep.
+        try:
+            await self.sweep(wait=self.registry.bot.check_every * 0.9)
+        except asyncio.CancelledError:  # the scheduler's shutdown cancels a running job: that is a stop, not an error
+            log.debug("sweep cancelled by shutdown")
+            return
+        self.store.prune(self.clock() - KEEP_SENT_S)
+
+    async def stop(self) -> None:
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        tasks = [t for t in self._inflight.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def on_start(services: Any) -> None:
+    """bot.serve's start hook: the store, the watchdog on this loop, both handed to listeners via Services."""
+    if services.store is None:
+        services.store = Store(services.registry.bot.state_db)
+    # Services.chat is the Web API client; anything with chat_postMessage gets the adapter.
+    chat = SlackChat(services.chat) if hasattr(services.chat, "chat_postMessage") else services.chat
+    services.watchdog = Watchdog(services.registry, services.targets, services.store, chat,
+                                 clock=getattr(services, "clock", None) or time.time)
+    services.watchdog.start()
+
+
+async def on_stop(services: Any) -> None:
+    if services.watchdog is not None:
+        await services.watchdog.stop()
+    if services.store is not None:
+        services.store.close()

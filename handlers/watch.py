@@ -1,0 +1,101 @@
+"""/run watch, /run mute, /run unmute and the alerts' Mute button: thin wiring onto the watchdog."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from bot import render_slack
+from bot.chat import ChatError
+from bot.render_alerts import MUTE_FOR_S, clock
+from bot.render_slack import ACTION_MUTE
+from config.registry import format_duration, parse_duration
+from handlers.commands import (
+    NOT_ALLOWED,
+    CommandRequest,
+    Reply,
+    Usage,
+    log_event,
+    send_response,
+    subcommand,
+)
+
+if TYPE_CHECKING:
+    from bot.app import Services
+
+NOT_RUNNING = "the watchdog is not running (`runbot serve` starts it)"
+
+
+def _note(req: CommandRequest, text: str, outcome: str = "ok") -> Reply:
+    line = render_slack.safe(text)
+    return req.reply({"text": line, "blocks": [render_slack.section(line)]}, outcome=outcome)
+
+
+@subcommand("watch", "watch RUN", "follow a restart in one message, edited in place until the first step (30 min at most)")
+async def watch(req: CommandRequest) -> Reply:
+    run = req.run(req.args[0])
+    watchdog = req.services.watchdog
+    if watchdog is None:
+        return _note(req, NOT_RUNNING, "error")
+    try:
+        found, started = await watchdog.watch(run, req.channel_id, req.user_id)
+    except ChatError as exc:  # e.g. not_in_channel: the bot needs inviting to post here
+        return _note(req, f"cannot post the watch message here ({exc}); invite the bot to this channel", "error")
+    if not started:
+        return _note(req, f"{run.name} is already being watched (since {clock(found.started_at)}) — one watch per run", "busy")
+    return _note(req, f"watching {run.name}: the message in this channel follows it until its first step")
+
+
+@subcommand("mute", "mute RUN [DURATION]", f"no alerts for RUN for a while (default {format_duration(MUTE_FOR_S)}); it is still probed")
+async def mute(req: CommandRequest) -> Reply:
+    run = req.run(req.args[0])
+    seconds = MUTE_FOR_S
+    if len(req.args) > 1:
+        try:
+            seconds = parse_duration(req.args[1], "DURATION")
+        except ValueError as exc:
+            raise Usage(str(exc)) from None
+    watchdog = req.services.watchdog
+    if watchdog is None:
+        return _note(req, NOT_RUNNING, "error")
+    state = await watchdog.mute(run, req.services.clock() + seconds, req.user_id)
+    return _note(req, f":no_bell: {run.name} muted until {clock(state.muted_until)} — still probed; "
+                      f"`/run unmute {run.name}` to hear from it again")
+
+
+@subcommand("unmute", "unmute RUN", "alerts for RUN again")
+async def unmute(req: CommandRequest) -> Reply:
+    run = req.run(req.args[0])
+    watchdog = req.services.watchdog
+    if watchdog is None:
+        return _note(req, NOT_RUNNING, "error")
+    await watchdog.mute(run, None, req.user_id)
+    return _note(req, f":bell: {run.name} unmuted")
+
+
+async def on_mute_button(ack, body: dict, action: dict, context) -> None:
+    """Mute 1h on an alert: the parent is edited by the watchdog; the clicker gets a private note."""
+    await ack()
+    services: Services = context["services"]
+    started = time.monotonic()
+    user = (body.get("user") or {}).get("id", "")
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
+    run = services.registry.runs.get(action.get("value", ""))
+    if run is None or not services.registry.access.allows(user, channel, run):
+        text, outcome = (NOT_ALLOWED, "refused") if run is not None else ("that run is no longer configured", "unknown_run")
+    elif services.watchdog is None:
+        text, outcome = NOT_RUNNING, "error"
+    else:
+        with services.tracking():
+            state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, user)
+        text, outcome = f":no_bell: {run.name} muted until {clock(state.muted_until)} (by you)", "ok"
+    if body.get("response_url"):
+        line = render_slack.safe(text)
+        await send_response(body["response_url"], {"text": line, "blocks": [render_slack.section(line)],
+                                                   "response_type": "ephemeral", "replace_original": False})
+    log_event("button", user=user, channel=channel, command="mute", run=action.get("value", "")[:64], outcome=outcome,
+              ms=round((time.monotonic() - started) * 1000))
+
+
+def register(app) -> None:
+    app.action(ACTION_MUTE)(on_mute_button)

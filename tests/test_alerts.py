@@ -1,0 +1,214 @@
+"""The incident state machine, table-driven: (previous state, what a sweep saw, now) -> (status, actions)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bot.alerts import (
+    Policy,
+    Post,
+    Reply,
+    RunState,
+    Seen,
+    Status,
+    Update,
+    decide,
+    mute,
+    worst,
+)
+
+T0 = 1_800_000_000.0
+OK = Seen(headline="step 10 · 14.2K tok/s")
+SILENT = Seen(("silent",), headline="silent 12 min — last step 1200")
+CRASHED = Seen(("crashed",), headline="crashed — OOM")
+UNREACHABLE = Seen(("unreachable",), headline="host pve1 did not answer")
+IDLE = Seen(("gpu_idle:drafter",), headline="step 10; drafter GPUs idle")
+THREAD = Seen(("thread_died:drafter-1",), headline="training, but thread drafter-1 died")
+DONE = Seen(finished=True, headline="finished — last step 60000")
+LOADING = Seen(headline="no steps yet — loading weights 15%")
+
+QUIET = RunState(headline=OK.headline)
+OPEN = RunState(Status.OPEN, "silent", seq=1, announced=True, opened_at=T0, changed_at=T0, notified_at=T0,
+                headline=SILENT.headline, streaks=(("silent", 1),))
+RECOVERING = replace(OPEN, status=Status.RECOVERING, healthy=1, streaks=())
+RESOLVED = replace(OPEN, status=Status.RESOLVED, closed_at=T0 + 600, streaks=())
+FINISHED = RunState(Status.FINISHED, seq=1, closed_at=T0, headline=DONE.headline)
+MUTED_OPEN = replace(OPEN, announced=False, muted_until=T0 + 3600, notified_at=None)
+
+# (name, previous state, seen, seconds after T0, expected status, expected actions)
+TABLE = [
+    ("first sight, healthy", None, OK, 0, Status.QUIET, []),
+    ("first sight, crashed: alert", None, CRASHED, 0, Status.OPEN, [Post("opened")]),
+    ("first sight, finished long ago: no news", None, DONE, 0, Status.FINISHED, []),
+    ("healthy stays quiet", QUIET, OK, 60, Status.QUIET, []),
+    ("loading is not a problem", QUIET, LOADING, 60, Status.QUIET, []),
+    ("silent opens an incident", QUIET, SILENT, 60, Status.OPEN, [Post("opened")]),
+    ("a thread died opens an incident", QUIET, THREAD, 60, Status.OPEN, [Post("opened")]),
+    ("one idle-GPU sweep is not enough", QUIET, IDLE, 60, Status.QUIET, []),
+    ("one unanswered probe is a blip", QUIET, UNREACHABLE, 60, Status.QUIET, []),
+    ("finished while quiet: one calm post", QUIET, DONE, 60, Status.FINISHED, [Post("finished")]),
+    ("still silent: nothing new", OPEN, SILENT, 600, Status.OPEN, []),
+    ("still silent after remind_every: reminder", OPEN, SILENT, 3600, Status.OPEN, [Reply("still", "silent"), Update()]),
+    ("silent, then crashed", OPEN, CRASHED, 60, Status.OPEN, [Reply("changed", "crashed"), Update()]),
+    ("healthy once: recovering, not told", OPEN, OK, 60, Status.RECOVERING, []),
+    ("an unanswered probe while open: hold", OPEN, UNREACHABLE, 60, Status.OPEN, []),
+    ("healthy twice: recovered", RECOVERING, OK, 120, Status.RESOLVED, [Reply("recovered", "silent"), Update()]),
+    ("flap: silent again while recovering", RECOVERING, SILENT, 120, Status.OPEN, []),
+    ("crashed while recovering", RECOVERING, CRASHED, 120, Status.OPEN, [Reply("changed", "crashed"), Update()]),
+    ("silent again within 30 min: same thread", RESOLVED, SILENT, 600 + 1700, Status.OPEN, [Reply("reopened", "silent"), Update()]),
+    ("silent again after 30 min: a new incident", RESOLVED, SILENT, 600 + 1900, Status.OPEN, [Post("opened")]),
+    ("resolved and healthy: quiet", RESOLVED, OK, 700, Status.RESOLVED, []),
+    ("finished during an incident: told in the thread", OPEN, DONE, 60, Status.FINISHED, [Reply("finished"), Update()]),
+    ("finished, still finished: told once", FINISHED, DONE, 60, Status.FINISHED, []),
+    ("finished, then a new run writes the log", FINISHED, OK, 60, Status.QUIET, []),
+    ("finished, then a new run crashes: new incident", FINISHED, CRASHED, 60, Status.OPEN, [Post("opened")]),
+    ("opened while muted: nothing posted", replace(QUIET, muted_until=T0 + 3600), SILENT, 60, Status.OPEN, []),
+    ("mute over, still silent: posted now", replace(MUTED_OPEN, muted_until=T0 + 60), SILENT, 120, Status.OPEN, [Post("opened")]),
+    ("opened muted, recovered muted: never told", replace(MUTED_OPEN, status=Status.RECOVERING, healthy=1), OK, 60, Status.QUIET, []),
+    ("muted open incident crashes: parent edited only", replace(OPEN, muted_until=T0 + 3600), CRASHED, 60, Status.OPEN, [Update()]),
+    ("muted: no reminder", replace(OPEN, muted_until=T0 + 9000), SILENT, 4000, Status.OPEN, []),
+    ("mute expires on a live incident: parent edited", replace(OPEN, muted_until=T0 + 60), SILENT, 120, Status.OPEN, [Update()]),
+]
+
+
+@pytest.mark.parametrize("name, prev, seen, dt, status, actions", TABLE, ids=[row[0] for row in TABLE])
+def test_table(name, prev, seen, dt, status, actions):
+    new, got = decide(prev, seen, T0 + dt)
+    assert (new.status, got) == (status, actions)
+
+
+def run(seens, *, start: RunState | None = None, step: float = 60.0, policy: Policy | None = None):
+    """Feed a sequence of sweeps; return the actions of each."""
+    state, out = start, []
+    for i, seen in enumerate(seens):
+        state, actions = decide(state, seen, T0 + i * step, policy or Policy())
+        out.append(actions)
+    return state, out
+
+
+def test_unreachable_needs_three_sweeps_in_a_row():
+    _, out = run([UNREACHABLE, UNREACHABLE, OK, UNREACHABLE, UNREACHABLE, UNREACHABLE])
+    assert out == [[], [], [], [], [], [Post("opened")]]
+
+
+def test_gpu_idle_needs_two_sweeps_in_a_row():
+    state, out = run([IDLE, OK, IDLE, IDLE])
+    assert out == [[], [], [], [Post("opened")]]
+    assert state.concern == "gpu_idle:drafter"
+
+
+def test_the_worst_confirmed_concern_names_the_incident():
+    both = Seen(("gpu_idle:drafter", "silent"))
+    state, out = run([both])
+    assert state.concern == "silent" and out == [[Post("opened")]]
+    state, out = run([both, both], start=None)
+    assert out[1] == []  # gpu_idle now confirmed too, but silent is worse: no change
+    assert worst(["thread_died:x", "crashed", "silent"]) == "crashed"
+
+
+def test_a_whole_incident_silent_recovered_crashed():
+    state, out = run([OK, SILENT, SILENT, OK, OK, CRASHED, OK, OK], step=30)
+    assert out == [[], [Post("opened")], [], [], [Reply("recovered", "silent"), Update()],
+                   [Reply("changed", "crashed"), Update()], [], [Reply("recovered", "crashed"), Update()]]
+    assert state.seq == 1  # one incident, one thread
+
+
+def test_reminders_come_at_most_every_remind_every():
+    policy = Policy(remind_every=600)
+    _, out = run([SILENT] * 25, step=60, policy=policy)
+    reminders = [i for i, actions in enumerate(out) if Reply("still", "silent") in actions]
+    assert reminders == [10, 20]
+
+
+def test_recovery_can_be_told_at_once_when_configured():
+    _, out = run([SILENT, OK], policy=Policy(recovery_sweeps=1))
+    assert out[1] == [Reply("recovered", "silent"), Update()]
+
+
+def test_mute_edits_a_live_parent_and_ends_by_itself():
+    state, actions = mute(OPEN, T0 + 3600, T0, by="U1")
+    assert actions == [Update()] and state.muted(T0 + 10) and state.muted_by == "U1"
+    assert not state.muted(T0 + 3600)
+    _, actions = mute(state, T0 + 3600, T0 + 5, by="U1")
+    assert actions == []  # nothing changed
+    unmuted, actions = mute(state, None, T0 + 10)
+    assert actions == [Update()] and unmuted.muted_until is None and unmuted.muted_by is None
+    quiet, actions = mute(None, T0 + 3600, T0)
+    assert actions == [] and quiet.muted(T0)  # no incident: nothing to edit
+
+
+def test_time_is_only_what_is_passed_in():
+    a = decide(OPEN, SILENT, T0 + 3600)
+    b = decide(OPEN, SILENT, T0 + 3600)
+    assert a == b
+
+
+_SEENS = st.sampled_from([OK, SILENT, CRASHED, UNREACHABLE, IDLE, THREAD, DONE, LOADING])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_SEENS, st.integers(1, 1200), st.booleans()), max_size=40))
+def test_threads_are_never_orphaned_nor_doubled(sweeps):
+    """Whatever happens: one parent per incident, replies and edits only after their parent."""
+    state, now, posted = None, T0, set()
+    for seen, gap, toggle_mute in sweeps:
+        now += gap
+        if toggle_mute:
+            state, actions = mute(state, None if state and state.muted(now) else now + 900, now)
+            assert all(isinstance(a, Update) for a in actions)
+            assert not actions or (state.seq in posted)
+        state, actions = decide(state, seen, now)
+        for action in actions:
+            if isinstance(action, Post):
+                assert state.seq not in posted
+                posted.add(state.seq)
+            else:
+                assert state.seq in posted, (action, state)
+        assert [type(a) for a in actions].count(Post) <= 1
+        if state.muted(now):
+            assert all(isinstance(a, Update) for a in actions)
+
+
+# --- the payloads ---------------------------------------------------------------------------
+
+from datetime import UTC
+
+from bot import render_alerts
+
+
+def test_the_parent_is_safe_says_the_verdict_first_and_has_the_buttons():
+    state = replace(OPEN, headline="silent 12 min — <!channel> token=xoxb-123456789012-abcdefghijkl", muted_until=T0 + 600,
+                    muted_by="U1")
+    message = render_alerts.parent("dflash", state, None, T0, UTC)
+    first = message["text"].splitlines()[0]
+    assert first.startswith(":red_circle: dflash: silent 12 min") and "<!channel>" not in message["text"]
+    assert "xoxb-123456789012" not in str(message)
+    assert message["text"].splitlines()[1] == f"muted until {render_alerts.clock(T0 + 600, UTC)} by <@U1>"
+    actions = message["blocks"][-1]
+    assert [e["action_id"] for e in actions["elements"]][-1] == "runbot.mute"
+    assert {e["value"] for e in actions["elements"]} == {"dflash"}
+
+
+def test_replies_say_what_changed():
+    state = replace(OPEN, headline="crashed — torch.OutOfMemoryError", concern="crashed")
+    assert render_alerts.reply("dflash", Reply("changed", "crashed"), state, T0)["text"].startswith(":red_circle: now crashed:")
+    resolved = replace(RESOLVED, headline="step 1300 · 14.2K tok/s")
+    assert render_alerts.reply("d", Reply("recovered", "silent"), resolved, T0 + 720)["text"] == \
+        ":white_check_mark: recovered after 12 min: step 1300 · 14.2K tok/s"
+    gpu = replace(OPEN, concern="gpu_idle:drafter")
+    assert "drafter GPUs idle" in render_alerts.reply("d", Reply("still", "gpu_idle:drafter"), gpu, T0)["text"]
+    assert render_alerts.parent("d", gpu, None, T0)["text"].startswith(":large_orange_circle:")
+
+
+def test_a_watch_trail_keeps_a_moving_bar_short():
+    trail = ()
+    for stage in ("starting…", "loading weights 15% (131/851)", "loading weights 40% (340/851)",
+                  "loading weights 60% (511/851)", "step 1 · 14.2K tok/s"):
+        trail = render_alerts.advance(trail, stage)
+    assert trail == ("starting…", "loading weights 15% (131/851)", "loading weights 60% (511/851)", "step 1 · 14.2K tok/s")
+    text = render_alerts.watch_message("dflash", trail, "trained", T0, T0 + 90)["text"]
+    assert text == "dflash: starting… → loading weights 15% (131/851) → 60% (511/851) → first step 1 · 14.2K tok/s :white_check_mark:"

@@ -1,0 +1,383 @@
+"""The watchdog against real local probes and a fake chat: alerts, threads, retries, doubt, restarts, mutes, watch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.alerts import Status
+from bot.chat import ChatError, SlackChat
+from bot.runners import RunResult
+from bot.store import Store
+from bot.targets import Targets
+from bot.watchdog import Watchdog
+from config.registry import parse_registry
+from tests.standins import set_age, writer_holding
+
+CONFIG = """
+[bot]
+check_every = "1s"
+alert_channel = "C0ALERTS"
+probe_timeout = "{timeout}"
+remind_every = "1h"
+
+[defaults]
+gpu_samples = 1
+silence_after = "5s"
+
+[runs.alpha]
+host = "local"
+log = "alpha.log"
+
+[runs.beta]
+host = "local"
+log = "beta.log"
+"""
+STEPS = "".join(f"step={i} loss=2.{i} tok/s=14200\n" for i in range(1, 6))
+OOM = STEPS + "Traceback (most recent call last):\n  File \"train.py\", line 9\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+
+
+class FakeChat:
+    """Records what was posted; can fail (Slack down) or lose the answer of a post that did land (doubt)."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict] = []
+        self.updates: list[dict] = []
+        self.fail_next = 0
+        self.lose_answer_next = 0
+        self.has_find = True
+
+    async def post(self, channel, text, blocks, thread_ts=None, *, key=None):
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ChatError("chat.postMessage: HTTP 500", in_doubt=False)
+        ts = f"{1000 + len(self.posts)}.0001"
+        self.posts.append({"channel": channel, "text": text, "thread_ts": thread_ts, "key": key, "ts": ts})
+        if self.lose_answer_next:
+            self.lose_answer_next -= 1
+            raise ChatError("chat.postMessage: timed out", in_doubt=True)
+        return ts
+
+    async def update(self, channel, ts, text, blocks):
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ChatError("chat.update: HTTP 500")
+        self.updates.append({"channel": channel, "ts": ts, "text": text})
+
+    async def find(self, channel, key, *, thread_ts=None, since=None):
+        if not self.has_find:
+            raise ChatError("missing_scope", transient=False)
+        return next((p["ts"] for p in self.posts if p["key"] == key), None)
+
+    def parents(self):
+        return [p for p in self.posts if p["thread_ts"] is None]
+
+    def thread(self, ts):
+        return [p["text"] for p in self.posts if p["thread_ts"] == ts]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    def make(timeout="5s", clock=time.time, chat=None, store=None):
+        config = tmp_path / "runs.toml"
+        config.write_text(CONFIG.format(timeout=timeout))
+        registry = parse_registry(config.read_text(), config)
+        store = store or Store(tmp_path / "state.sqlite3")
+        return Watchdog(registry, Targets(registry), store, chat or FakeChat(), clock=clock)
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.log").write_text(STEPS)
+    return make
+
+
+def silent(log: Path) -> None:
+    set_age(log, 60)
+
+
+def steps_again(log: Path, first: int = 6) -> None:
+    with log.open("a") as f:
+        f.write("".join(f"step={i} loss=1.9 tok/s=14100\n" for i in range(first, first + 3)))
+
+
+async def test_silent_then_recovered_is_one_thread(lab, tmp_path):
+    wd = lab()
+    log = tmp_path / "alpha.log"
+    with writer_holding(log), writer_holding(tmp_path / "beta.log"):
+        await wd.sweep()
+        assert wd.chat.posts == []
+        silent(log)
+        await wd.sweep()
+        [parent] = wd.chat.parents()
+        assert parent["channel"] == "C0ALERTS" and parent["text"].startswith(":red_circle: alpha: silent")
+        await wd.sweep()
+        assert len(wd.chat.posts) == 1  # still silent: nothing new
+        steps_again(log)
+        await wd.sweep()
+        assert len(wd.chat.posts) == 1  # healthy once: not yet told (no flapping)
+        steps_again(log, 9)
+        await wd.sweep()
+    assert wd.chat.thread(parent["ts"]) == [wd.chat.posts[-1]["text"]]
+    assert "recovered after" in wd.chat.posts[-1]["text"]
+    assert wd.chat.updates[-1]["ts"] == parent["ts"] and "recovered" in wd.chat.updates[-1]["text"]
+    assert wd.states["alpha"].status is Status.RESOLVED
+
+
+async def test_a_crash_goes_in_the_same_thread(lab, tmp_path):
+    wd = lab()
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        silent(log)
+        await wd.sweep()
+    log.write_text(OOM)  # the writer is gone and a traceback ends the log
+    await wd.sweep()
+    [parent] = wd.chat.parents()
+    [reply] = wd.chat.thread(parent["ts"])
+    assert "now crashed" in reply and "OutOfMemoryError" in reply
+    assert "crashed" in wd.chat.updates[-1]["text"]
+
+
+async def test_slack_down_keeps_messages_and_sends_each_once_in_order(lab, tmp_path):
+    wd = lab()
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        silent(log)
+        wd.chat.fail_next = 3
+        for _ in range(3):
+            await wd.sweep()
+        assert wd.chat.posts == [] and len(wd.store.pending("alpha")) == 1
+    log.write_text(OOM)
+    await wd.sweep()  # Slack is back: the parent, then the crash in its thread
+    [parent] = wd.chat.parents()
+    assert "silent" in parent["text"] and wd.chat.thread(parent["ts"]) and wd.store.pending() == []
+    await wd.sweep()
+    assert len(wd.chat.posts) == 2
+
+
+async def test_a_post_in_doubt_is_looked_for_not_doubled(lab, tmp_path):
+    wd = lab()
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        silent(log)
+        wd.chat.lose_answer_next = 1  # it landed, but the bot never heard back
+        await wd.sweep()
+        assert len(wd.chat.posts) == 1 and wd.store.pending("alpha")[0].tried_at is not None
+        await wd.sweep()
+    assert len(wd.chat.posts) == 1 and wd.store.pending() == []
+    assert wd.store.thread("alpha", 1)[1] == wd.chat.posts[0]["ts"]
+
+
+async def test_without_a_way_to_look_a_post_in_doubt_is_sent_again(lab, tmp_path):
+    wd = lab()
+    wd.chat.has_find = False
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        silent(log)
+        wd.chat.lose_answer_next = 1
+        await wd.sweep()
+        await wd.sweep()
+    assert len(wd.chat.posts) == 2  # at least once: a rare duplicate beats a lost alert
+    assert wd.store.pending() == []
+
+
+async def test_a_restart_posts_no_duplicate_and_keeps_the_thread(lab, tmp_path):
+    chat = FakeChat()
+    wd = lab(chat=chat)
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        silent(log)
+        await wd.sweep()
+        wd.store.close()  # the bot dies; a new one starts on the same file
+        wd = lab(chat=chat)
+        await wd.sweep()
+        assert len(chat.parents()) == 1
+    log.write_text(OOM)
+    await wd.sweep()
+    assert len(chat.parents()) == 1 and len(chat.thread(chat.parents()[0]["ts"])) == 1
+
+
+async def test_unreachable_three_sweeps_in_a_row(lab, tmp_path):
+    wd = lab()
+
+    class Down:
+        async def run(self, script, *, timeout):
+            return RunResult(failure="host pve9 did not answer (connection refused)", failure_kind="unreachable")
+
+    wd.targets = type("T", (), {"runner_for": lambda self, run: Down()})()
+    for expected in (0, 0, 1, 1):
+        await wd.sweep()
+        assert len(wd.chat.parents()) == expected * 2  # both runs are on the dead host
+    assert "did not answer" in wd.chat.parents()[0]["text"]
+
+
+async def test_a_stuck_probe_delays_only_its_own_run(lab, tmp_path):
+    wd = lab(timeout="30s")
+    real = wd.targets
+
+    class Stuck:
+        async def run(self, script, *, timeout):
+            await asyncio.sleep(3600)
+
+    wd.targets = type("T", (), {"runner_for": lambda self, run: Stuck() if run.name == "beta" else real.runner_for(run)})()
+    silent(tmp_path / "alpha.log")  # no writer and no traceback: stopped
+    started = time.monotonic()
+    report = await wd.sweep(wait=1.0)
+    assert time.monotonic() - started < 3 and report.probed == 2
+    [parent] = wd.chat.parents()
+    assert parent["text"].startswith(":red_circle: alpha: stopped")
+    report = await wd.sweep(wait=1.0)
+    assert report.still_running == ("beta",) and report.probed == 1
+    await wd.stop()
+
+
+async def test_mute_silences_posts_edits_the_parent_and_expires(lab, tmp_path):
+    now = [time.time()]
+    wd = lab(clock=lambda: now[0])
+    alpha, beta = wd.registry.runs["alpha"], wd.registry.runs["beta"]
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+        silent(tmp_path / "alpha.log")
+        await wd.sweep()
+        await wd.mute(alpha, now[0] + 3600, by="U1")
+        assert "muted until" in str(wd.chat.updates[-1]) and wd.muted_until("alpha") == now[0] + 3600
+        await wd.mute(beta, now[0] + 3600)
+        silent(tmp_path / "beta.log")
+        await wd.sweep()
+        assert len(wd.chat.parents()) == 1  # beta fell silent while muted: tracked, not posted
+        assert wd.states["beta"].status is Status.OPEN
+        now[0] += 3601  # the mutes end by themselves
+        await wd.sweep()
+    assert len(wd.chat.parents()) == 2 and "beta" in wd.chat.parents()[1]["text"]
+    assert "muted" not in wd.chat.updates[-1]["text"] and wd.muted_until("alpha") is None
+
+
+async def test_watch_follows_a_restart_to_its_first_step(lab, tmp_path):
+    wd = lab()
+    run = wd.registry.runs["alpha"]
+    log = tmp_path / "alpha.log"
+    log.write_text("")
+    with writer_holding(log):
+        watch, started = await wd.watch(run, "C0HERE", "U1")
+        again, second = await wd.watch(run, "C0HERE", "U2")
+        assert started and not second and again.ts == watch.ts  # at most one watch per run
+        assert await wd.watch_tick("alpha") is None
+        log.write_text("  Target 0 on cuda:0...\nLoading weights:  15%|█▌        | 131/851 [00:00<00:03, 199.62it/s]")
+        assert await wd.watch_tick("alpha") is None
+        with log.open("a") as f:
+            f.write("\rLoading weights:  60%|██████    | 511/851 [00:02<00:01, 199.62it/s]")
+        assert await wd.watch_tick("alpha") is None
+        with log.open("a") as f:
+            f.write("\rLoading weights: 100%|██████████| 851/851 [00:04<00:00, 199.62it/s]\nstep=1 loss=9.1 tok/s=14213\n")
+        assert await wd.watch_tick("alpha") == "trained"
+    last = wd.chat.updates[-1]["text"]
+    assert last == "alpha: starting… → loading weights 15% (131/851) → 60% (511/851) → first step 1 · 14.2K tok/s :white_check_mark:"
+    assert wd.store.watches() == []
+    _, started = await wd.watch(run, "C0HERE")
+    assert started  # the old watch ended, a new one may begin
+
+
+async def test_watch_stops_at_a_crash(lab, tmp_path):
+    wd = lab()
+    (tmp_path / "alpha.log").write_text(OOM)
+    await wd.watch(wd.registry.runs["alpha"], "C0HERE")
+    assert await wd.watch_tick("alpha") == "crashed"
+    assert ":x:" in wd.chat.updates[-1]["text"]
+
+
+async def test_the_scheduler_sweeps_on_the_running_loop(lab, tmp_path):
+    wd = lab()
+    silent(tmp_path / "alpha.log")
+    wd.start()
+    try:
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if wd.chat.posts:
+                break
+        assert wd.chat.parents() and wd.scheduler.get_job("sweep").max_instances == 1
+    finally:
+        await wd.stop()
+
+
+class _Answer:
+    def __init__(self, data, status=200):
+        self.data, self.status_code, self.headers = data, status, {"Retry-After": "0"}
+
+    def get(self, key, default=None):
+        return self.data.get(key, default)
+
+
+async def test_slack_adapter_maps_errors_and_reads_metadata():
+    from slack_sdk.errors import SlackApiError
+
+    calls = []
+
+    class Client:
+        async def chat_postMessage(self, **kw):
+            calls.append(kw)
+            if len(calls) == 1:
+                raise SlackApiError("rate limited", _Answer({"ok": False, "error": "ratelimited"}, 429))
+            return _Answer({"ok": True, "ts": "5.5", "channel": "C9"})
+
+        async def chat_update(self, **kw):
+            raise SlackApiError("bad", _Answer({"ok": False, "error": "channel_not_found"}))
+
+        async def conversations_history(self, **kw):
+            return _Answer({"ok": True, "messages": [
+                {"ts": "1.1"}, {"ts": "2.2", "metadata": {"event_type": "runbot_alert", "event_payload": {"key": "k1"}}}]})
+
+        async def conversations_replies(self, **kw):
+            raise SlackApiError("down", _Answer({}, 503))
+
+    chat = SlackChat(Client())
+    assert await chat.post("#alerts", "hi", None, key="k1") == "5.5"  # the 429 was waited out
+    assert calls[-1]["metadata"]["event_payload"] == {"key": "k1"} and chat.channel_id("#alerts") == "C9"
+    with pytest.raises(ChatError) as refused:
+        await chat.update("#alerts", "5.5", "x", None)
+    assert not refused.value.transient
+    assert await chat.find("C9", "k1") == "2.2" and await chat.find("C9", "k2") is None
+    with pytest.raises(ChatError) as down:
+        await chat.find("C9", "k1", thread_ts="5.5")
+    assert down.value.transient and down.value.in_doubt
+
+
+def _services(wd):
+    from bot.app import Services
+
+    return Services(targets=wd.targets, registry=wd.registry, chat=None, store=wd.store, watchdog=wd, clock=wd.clock)
+
+
+async def test_run_mute_unmute_and_watch_commands(lab):
+    import handlers.watch  # noqa: F401 - registers watch, mute and unmute
+    from handlers.commands import dispatch
+
+    wd = lab()
+    services = _services(wd)
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alp 2h")
+    assert "alpha muted until" in reply.text and abs(wd.muted_until("alpha") - (time.time() + 7200)) < 60
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alpha soon")
+    assert reply.outcome == "usage" and "bad duration" in reply.text
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "unmute alpha")
+    assert "alpha unmuted" in reply.text and wd.muted_until("alpha") is None
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "watch alpha here")
+    assert "watching alpha" in reply.text and reply.in_channel
+    assert wd.chat.posts[-1]["channel"] == "C0TEAM"
+    reply, _, _ = await dispatch(services, "U2", "C0TEAM", "watch alpha")
+    assert reply.outcome == "busy" and "already being watched" in reply.text
+    services.watchdog = None
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alpha")
+    assert "not running" in reply.text
+
+
+async def test_the_mute_button_mutes_for_an_hour(lab):
+    from handlers.watch import on_mute_button
+
+    wd = lab()
+    acks = []
+
+    async def ack():
+        acks.append(True)
+
+    body = {"user": {"id": "U1"}, "channel": {"id": "C0ALERTS"}}
+    await on_mute_button(ack, body, {"value": "beta"}, {"services": _services(wd)})
+    assert acks and abs(wd.muted_until("beta") - (time.time() + 3600)) < 60
+    assert wd.states["beta"].muted_by == "U1"
