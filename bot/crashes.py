@@ -184,8 +184,26 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
     return crashes + [t.crash() for t in tbs if not t.ignored]
 
 
+# Every signature above contains one of these words. Checking the whole window once lets the
+# common case, a window of step lines, skip the line-by-line scan: it was half a probe's Python
+# time, and the watchdog parses hundreds of probes a sweep. Plain substring tests on the
+# lower-cased text: a case-insensitive regex alternation took 11 ms on a 64 KiB window.
+_CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "terminate called", "kill",
+                "segmentation fault", "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl",
+                "childfailederror")
+_ACTIVITY_WORDS = ("sav", "checkpoint", "writing", "evaluat", "validat", "test", "sanity", "dynamo", "inductor",
+                   "compil", "autotun", "extension module", "ninja")
+
+
+def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:
+    text = "\n".join(lines).lower()
+    return any(word in text for word in words)
+
+
 def find_crashes(lines: Sequence[str]) -> list[Crash]:
     """Every crash signature in `lines`, in order of the line where each starts."""
+    if not _mentions(_CRASH_WORDS, lines):
+        return []
     streams: dict[str, list[tuple[int, int | None, str]]] = {}
     for i, raw in enumerate(lines):
         text = last_frame(strip_ansi(raw)).rstrip()
@@ -222,6 +240,8 @@ _NOT_ANNOUNCEMENT = re.compile(r'^(?:[ \t]{4}|\t)|^[ \t]*File "|^[A-Za-z_][\w.]*
 
 def find_activity(lines: Sequence[str]) -> Activity | None:
     """The last saving/evaluating/compiling announcement, unless a later line says it ended."""
+    if not _mentions(_ACTIVITY_WORDS, lines):
+        return None
     current: Activity | None = None
     for i, raw in enumerate(lines):
         shown = last_frame(strip_ansi(raw))

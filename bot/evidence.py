@@ -125,8 +125,8 @@ def _steps(lines: list[str], searched: str, custom: re.Pattern[str] | None) -> t
 
 def _last_bar(lines: list[str]) -> tuple[Bar | None, int | None, str | None]:
     for i in range(len(lines) - 1, -1, -1):
-        bar = parse_bar(lines[i])
-        if bar is None:
+        # Every tqdm frame has "|" (the bar) or "[" (its timing); most log lines have neither.
+        if ("|" not in lines[i] and "[" not in lines[i]) or (bar := parse_bar(lines[i])) is None:
             continue
         device = None
         for j in range(i - 1, max(-1, i - 4), -1):

@@ -153,6 +153,7 @@ ancestors() {  # this probe's own chain (bash, timeout, pct, sshd, or the bot it
 }
 
 procs() {
+  [ -e "$LOG" ] && return 0   # only "log not found" needs to know what else runs; ps is costly on busy hosts
   local skip
   skip=" $(ancestors | tr '\n' ' ')"
   # Snapshot first: a ps piped into grep would list that grep, whose arguments match the hint.
