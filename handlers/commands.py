@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -17,6 +17,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot import render_slack
+from bot.render_alerts import clock
 from bot.verdict import Phase, Verdict
 from config.registry import Registry, Run, UnknownRun
 
@@ -144,6 +145,10 @@ def _probe_outcome(verdict: Verdict) -> str:
 async def status(req: CommandRequest) -> Reply:
     run = req.run(req.args[0])
     verdict = await req.services.check(run)
+    watchdog = req.services.watchdog
+    if watchdog is not None and (until := watchdog.muted_until(run.name)) is not None:
+        # A muted run is still probed; say so, or a quiet alert channel reads as "all well".
+        verdict = replace(verdict, facts=(("muted", f"alerts muted until {clock(until)}"), *verdict.facts))
     return req.reply(render_slack.status_message(verdict, run.name, where(run)), outcome=_probe_outcome(verdict))
 
 

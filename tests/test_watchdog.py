@@ -354,6 +354,8 @@ async def test_run_mute_unmute_and_watch_commands(lab):
     services = _services(wd)
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alp 2h")
     assert "alpha muted until" in reply.text and abs(wd.muted_until("alpha") - (time.time() + 7200)) < 60
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "status alpha")
+    assert "muted: alerts muted until" in reply.text  # still probed, and says so
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alpha soon")
     assert reply.outcome == "usage" and "bad duration" in reply.text
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "unmute alpha")
