@@ -8,7 +8,8 @@ import sys
 from tests.standins import REPO
 
 PURE = ["bot.facts", "bot.logtext", "bot.redact", "bot.formats", "bot.crashes", "bot.gpus", "bot.humanize",
-        "bot.probe", "bot.evidence", "bot.verdict", "bot.diagnose", "bot.render_text"]
+        "bot.probe", "bot.evidence", "bot.verdict", "bot.diagnose", "bot.render_text", "bot.render_slack",
+        "bot.alerts", "bot.render_alerts"]
 IO = {"asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "sqlite3", "aiosqlite", "subprocess", "asyncio", "aiohttp"}
 
 
