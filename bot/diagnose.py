@@ -81,8 +81,8 @@ def _step_words(step: Step, previous: Verdict | None = None) -> str:
     if step.rate is not None:
         rate = f"{hz.count(step.rate)} {step.rate_unit or 'it/s'}"
         old = previous.step.rate if previous and previous.step and previous.step.rate else None
-        if old and step.rate_unit == previous.step.rate_unit:  # type: ignore[union-attr]
-            rate += f" ({hz.percent_change(step.rate, old)} since last check)"
+        if old and step.rate_unit == previous.step.rate_unit and (change := hz.percent_change(step.rate, old)):  # type: ignore[union-attr]
+            rate += f" ({change} since last check)"
         parts.append(rate)
     if step.loss is not None:
         parts.append(f"loss {hz.number(step.loss)}")
@@ -318,7 +318,12 @@ def diagnose(
                        f"training, but thread {thread_crash.thread} died: {_crash_words(thread_crash, 70)} — {describe}",
                        threshold=threshold, thread_crash=thread_crash)
     if phase is Phase.TRAINING:
-        idle_roles = [role for role, idx in gpu.roles if idx and all(g.cls == "idle" for g in gpu.in_role(role))]
+        # An idle role is a finding only beside a role that works ("idle drafters while the target
+        # steps"); every GPU idle with a fresh log is a pause between steps, or silence on its way.
+        idle_roles = [role for role, idx in gpu.roles if idx and gpu.in_role(role)
+                      and all(g.cls == "idle" for g in gpu.in_role(role))]
+        if len(idle_roles) == len([r for r, idx in gpu.roles if idx and gpu.in_role(r)]):
+            idle_roles = []
         for role in idle_roles:
             concerns.append(f"gpu_idle:{role}")
         if idle_roles:

@@ -47,10 +47,11 @@ def number(value: float | None) -> str:
 
 
 def percent_change(new: float, old: float) -> str:
+    """"+3 %", or "" when there is nothing to say (no old value, or under half a percent)."""
     if not old:
         return ""
     change = (new - old) / old * 100
-    return f"{change:+.0f} %"
+    return f"{change:+.0f} %" if abs(change) >= 0.5 else ""
 
 
 def trim(text: str, limit: int) -> str:

@@ -126,6 +126,8 @@ CASES = [
     ("hf dict", HF_SAVE.splitlines()[0], {}, {}, Phase.TRAINING, Level.OK, "loss 2.31"),
     ("idle drafter while training", TEN_STEPS, {"gpus": gpu_section(IDLE_DRAFTER)},
      {"gpus": {"target": [0], "drafter": [1]}}, Phase.TRAINING, Level.WARN, "drafter GPUs idle"),
+    ("every GPU idle with a fresh log is no finding", TEN_STEPS, {"gpus": gpu_section([[(0, 70000, 0), (1, 4, 0)]] * 3)},
+     {"gpus": {"target": [0], "drafter": [1]}}, Phase.TRAINING, Level.OK, "step 10"),
     ("busy roles are fine", TEN_STEPS, {"gpus": gpu_section(BUSY2)},
      {"gpus": {"target": [0], "drafter": [1]}}, Phase.TRAINING, Level.OK, "step 10"),
 ]
@@ -179,3 +181,11 @@ def test_a_log_truncated_between_stat_and_read_still_gives_a_verdict():
     ev = type(ev)(**{**ev.__dict__, "log": type(ev.log)(**{**ev.log.__dict__, "size": 10_000_000})})
     v = diagnose(ev, Run())
     assert v.phase is Phase.TRAINING and v.headline.startswith("step 10 · ")
+
+
+def test_the_rate_change_since_the_last_check_is_said_when_there_is_one():
+    first = diagnose(evidence("step=10 loss=2.0 tok/s=10000\n"), Run())
+    faster = diagnose(evidence("step=12 loss=2.0 tok/s=11000\n"), Run(), previous=first)
+    same = diagnose(evidence("step=12 loss=2.0 tok/s=10010\n"), Run(), previous=first)
+    assert "11K tok/s (+10 % since last check)" in faster.headline
+    assert "since last check" not in same.headline
