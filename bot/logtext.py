@@ -18,6 +18,8 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
 
 def last_frame(text: str) -> str:
     """What a terminal would show of a line tqdm rewrote with \r: its last non-blank frame."""
+    if "\r" not in text:
+        return text if text.strip() else ""
     return next((f for f in reversed(text.split("\r")) if f.strip()), "")
 
 

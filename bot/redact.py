@@ -27,6 +27,8 @@ def strip_ansi(text: str) -> str:
 
 def printable(text: str) -> str:
     """strip_ansi, then drop control characters other than tab and newline (U+FFFD stays)."""
+    if text.isprintable():  # the common line: no escape, no control character; skip two regexes
+        return text
     return _CONTROL.sub("", strip_ansi(text))
 
 
