@@ -59,7 +59,7 @@ class LocalRunner:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
-                start_new_session=True,  # so a timeout can kill the whole probe, sleeps included
+                start_new_session=True,  # so the whole probe can be killed, sleeps included
             )
         except OSError as exc:
             return RunResult(
@@ -76,6 +76,12 @@ class LocalRunner:
                 failure_kind="timeout",
                 elapsed_s=time.monotonic() - started,
             )
+        except BaseException:
+            # Cancelled (the watchdog stopping, a caller's wait_for backstop) or anything else: the
+            # probe is no longer wanted, so bash and its children must not outlive it. The event
+            # loop's child watcher reaps bash; the group's orphans go to init.
+            _kill_group(proc.pid)
+            raise
         return RunResult(out, err, proc.returncode, elapsed_s=time.monotonic() - started)
 
 
