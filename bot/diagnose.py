@@ -205,9 +205,11 @@ def diagnose(
 
     if not ev.log.exists:
         where = "" if ev.log.dir_exists else " (its folder does not exist either)"
-        others = [p for p in ev.processes]
-        if others:
-            p = max(others, key=lambda p: p.elapsed_s or 0)
+        if ev.processes:
+            # The likeliest "run" is one that names the log's folder, else the newest (a restart
+            # under way), never a week-old system daemon that happens to be Python.
+            folder = ev.log.path.rsplit("/", 1)[0]
+            p = min(ev.processes, key=lambda p: (folder not in p.command, p.elapsed_s or 0))
             tail_words = f"{hz.trim(p.command, 50)} running for {hz.duration(p.elapsed_s)}"
             facts.append(("process", f"pid {p.pid} · {hz.trim(p.command, 60)}"))
         else:
@@ -224,7 +226,15 @@ def diagnose(
     crash = fatal[-1] if fatal else None
     thread_crash = thread_deaths[-1] if thread_deaths else None
     ended = _ended_cleanly(ev)
-    alive = bool(writer) or (silent is not None and silent < RECENT_WRITE_S and crash is None and not ended)
+    # No writer seen means "gone" only when the probe could see every process's open files.
+    writer_visible = ev.hidden_processes == 0
+    alive = bool(writer) or (crash is None and not ended and (
+        not writer_visible or (silent is not None and silent < RECENT_WRITE_S)))
+    if not writer and not writer_visible:
+        facts.append(("writer", f"not visible: {ev.hidden_processes} processes hidden from the probe's user "
+                                "(probe as root to see them)"))
+    training_threshold = run.silence_after if run.silence_after is not None else (
+        learned_threshold(ev.steps) or AUTO_DEFAULT_S)
     if step:
         facts.insert(0, ("progress", _step_words(step, previous)))
     if silent is not None:
@@ -284,16 +294,14 @@ def diagnose(
         # The loop said it is done but the process has not exited yet: normal for a few
         # seconds (saving, tearing down NCCL), a hang on exit if it lasts.
         last = f"last step {step.step}" if step and step.step is not None else "training done"
-        if silent is not None and silent > (run.silence_after or AUTO_DEFAULT_S):
+        if silent is not None and silent > training_threshold:
             concerns.append("hung_on_exit")
             return verdict(Phase.FINISHED, Level.WARN,
                            f"finished — {last}, but process {writer.pid if writer else '?'} still alive "
                            f"{hz.duration(silent)} later (hung on exit?)")
         return verdict(Phase.FINISHED, Level.OK, f"finished — {last}; process exiting")
 
-    threshold = run.loading_grace if phase in GRACE_PHASES else (
-        run.silence_after if run.silence_after is not None else (learned_threshold(ev.steps) or AUTO_DEFAULT_S)
-    )
+    threshold = run.loading_grace if phase in GRACE_PHASES else training_threshold
     describe = _describe(phase, ev, step, writer, silent, activity, previous)
 
     if silent is not None and silent > threshold:
@@ -307,7 +315,8 @@ def diagnose(
             gpu_bits.append(stuck)
         elif gpu.gpus and not gpu.error:
             gpu_bits.append(gpu.summary())
-        head = f"silent {hz.duration(silent)} — {what}; process alive" + "".join(f"; {b}" for b in gpu_bits)
+        who = "process alive" if writer else "writer not visible to the probe"
+        head = f"silent {hz.duration(silent)} — {what}; {who}" + "".join(f"; {b}" for b in gpu_bits)
         return verdict(Phase.SILENT, Level.CRIT, head, threshold=threshold, thread_crash=thread_crash)
 
     level = Level.OK if phase is Phase.TRAINING else Level.NOTE

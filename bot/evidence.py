@@ -16,6 +16,7 @@ from bot.redact import printable
 # A line above a loading bar that says where the weights go ("Target 1 on cuda:1...").
 _DEVICE_HINT = re.compile(r"cuda:\d+|\bgpu\s*\d|\bdevice\b|\brank\s*\d", re.I)
 KEPT_STEPS = 8  # enough for the rate, the loss and a learned step interval
+_HIDDEN = re.compile(r"^# hidden (\d{1,9})$", re.M)
 _PROC_LINE = re.compile(r"\s*(\d+)\s+(\S+)\s+(.*)")
 
 
@@ -46,6 +47,7 @@ class Evidence:
     crashes: tuple[Crash, ...] = ()
     activity: Activity | None = None
     writers: tuple[Process, ...] = ()  # processes holding the log open for writing
+    hidden_processes: int = 0  # processes whose open files the probe was not allowed to see
     processes: tuple[Process, ...] = ()  # likely training processes on the target
     gpus: GpuReadings = field(default_factory=GpuReadings)
     problems: tuple[str, ...] = ()  # parts of the probe that failed, in words
@@ -164,6 +166,7 @@ def read_evidence(sections: Sections, log_path: str, custom: re.Pattern[str] | N
     if truncated and lines:
         lines = lines[1:]  # the first line is cut somewhere in the middle
     steps, last_step = _steps(lines, sections.text("steps", 1 << 18), custom)
+    writers_text = sections.text("writers", 1 << 16)
     bar, bar_index, device = _last_bar(lines)
     return Evidence(
         log=log,
@@ -178,7 +181,8 @@ def read_evidence(sections: Sections, log_path: str, custom: re.Pattern[str] | N
         device_line=device,
         crashes=tuple(find_crashes(lines)),
         activity=find_activity(lines),
-        writers=parse_processes(sections.text("writers", 1 << 16)),
+        writers=parse_processes(writers_text),
+        hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,
         processes=parse_processes(sections.text("procs", 1 << 16)),
         gpus=parse_gpu_section(sections.text("gpus", 1 << 18)),
         problems=tuple(_problems(sections, log)),

@@ -22,7 +22,7 @@ STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
 STEP_LINES = 32  # prose that mentions "step" must not push real step lines out
 LINE_CAP = 2000  # characters kept of one found line: bars can make one line of 100 MB
 GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"
-PROCESS_HINT = r"python|torchrun|deepspeed|accelerate|train"
+PROCESS_HINT = r"python|torchrun|deepspeed|accelerate"
 
 _NAME = re.compile(r"[a-z][a-z.]*\Z")
 
@@ -127,7 +127,11 @@ steps() {
 
 writers() {
   [ -e "$LOG" ] || return 0
-  local fd n pid flags k v seen=' ' pids=''
+  local fd d n pid flags k v seen=' ' pids='' hidden=0
+  # A probe that may not look into other users' fds cannot tell "no writer" from "not allowed
+  # to see it": count what it could not read, so the diagnosis does not call the run stopped.
+  for d in /proc/[0-9]*/fd; do [[ -r $d && -x $d ]] || hidden=$((hidden + 1)); done
+  echo "# hidden $hidden"
   for fd in /proc/[0-9]*/fd/*; do
     [[ $fd -ef $LOG ]] || continue
     pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}

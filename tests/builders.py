@@ -28,6 +28,8 @@ def sections(
     gpus: str = "",
     steps_section: str = "",
     now: float = NOW,
+    hidden: int = 0,
+    readable: bool = True,
 ) -> Sections:
     parts: dict[str, bytes] = {"end": b""}
     if log is None:
@@ -35,10 +37,13 @@ def sections(
     else:
         data = log.encode() if isinstance(log, str) else log
         parts["meta"] = f"now={now}\nhost=ct200\nsize={len(data)} mtime={int(now - age)} inode=12\n".encode()
+        if not readable:
+            parts["meta"] += b"readable=0\n"
+            data = b""
         parts["window"] = data[-65536:]
         parts["window.rc"] = b"0"
         parts["steps"] = steps_section.encode()
-        parts["writers"] = "".join(f"{p} {e} {c}\n" for p, e, c in writers).encode()
+        parts["writers"] = (f"# hidden {hidden}\n" + "".join(f"{p} {e} {c}\n" for p, e, c in writers)).encode()
     parts["procs"] = "".join(f"{p} {e} {c}\n" for p, e, c in processes).encode()
     parts["gpus"] = gpus.encode()
     return Sections(parts)

@@ -189,3 +189,39 @@ def test_the_rate_change_since_the_last_check_is_said_when_there_is_one():
     same = diagnose(evidence("step=12 loss=2.0 tok/s=10010\n"), Run(), previous=first)
     assert "11K tok/s (+10 % since last check)" in faster.headline
     assert "since last check" not in same.headline
+
+
+def test_a_writer_hidden_from_a_non_root_probe_is_not_called_gone():
+    # The probe's user could not read 12 processes' fds: no writer seen is not "process gone".
+    v = diagnose(evidence(TEN_STEPS, age=120, writers=NOBODY, hidden=12), Run())
+    assert v.phase is Phase.TRAINING, v.headline
+    assert ("writer", "not visible: 12 processes hidden from the probe's user (probe as root to see them)") in v.facts
+    v = diagnose(evidence(TEN_STEPS, age=720, writers=NOBODY, hidden=12), Run())
+    assert v.phase is Phase.SILENT and "writer not visible to the probe" in v.headline
+    # With every process visible, the same log is a stopped run.
+    assert diagnose(evidence(TEN_STEPS, age=120, writers=NOBODY), Run()).phase is Phase.STOPPED
+
+
+def test_done_but_never_exiting_is_a_hang_on_exit():
+    v = diagnose(evidence(OK_LOG, age=5), Run())
+    assert (v.phase, v.level) == (Phase.FINISHED, Level.OK) and v.headline == "finished — last step 60; process exiting"
+    v = diagnose(evidence(OK_LOG, age=900), Run())
+    assert (v.phase, v.level) == (Phase.FINISHED, Level.WARN)
+    assert v.headline == "finished — last step 60, but process 692 still alive 15 min later (hung on exit?)"
+    assert "hung_on_exit" in v.concerns
+
+
+def test_an_unreadable_log_is_said():
+    v = diagnose(evidence(TEN_STEPS, readable=False), Run())
+    assert v.phase is Phase.NO_LOG and v.level is Level.CRIT
+    assert "cannot read the log" in v.headline and "permission denied" in v.headline
+
+
+def test_no_log_names_the_likeliest_process():
+    procs = [(10, 900_000, "/usr/bin/python3 /usr/bin/unattended-upgrade"),
+             (20, 40, "python3 /home/ana/eval.py"),
+             (30, 300, "torchrun --nproc-per-node 8 /workspace/train.py")]
+    v = diagnose(evidence(None, processes=procs), Run())
+    assert "torchrun --nproc-per-node 8 /workspace/train.py running for 5 min" in v.headline
+    v = diagnose(evidence(None, processes=procs[:2]), Run(log="/data/x.log"))
+    assert "python3 /home/ana/eval.py running for 40 s" in v.headline  # the newest, not the daemon

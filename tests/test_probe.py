@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,10 +104,12 @@ def test_writer_is_found_and_a_reader_is_not(tmp_path):
     log.write_text("hello\n")
     with writer_holding(log) as w:
         _, s = probe(Target(str(log)))
-        assert s.text("writers").split()[0] == str(w.pid)
+        hidden, found = s.text("writers").splitlines()
+        assert hidden.startswith("# hidden ")
+        assert found.split()[0] == str(w.pid)
     with writer_holding(log, mode="<"):
         _, s = probe(Target(str(log)))
-        assert s.text("writers").strip() == ""
+        assert s.text("writers").strip().startswith("# hidden ")  # and no writer line
 
 
 def test_gpu_samples_are_spread_over_about_a_second(tmp_path):
@@ -169,4 +172,30 @@ def test_a_log_rotated_away_reads_as_missing_and_its_writer_is_not_claimed(tmp_p
         log.rename(tmp_path / "train.log.1")  # logrotate without copytruncate
         _, s = probe(Target(str(log)))
     assert "exists=0" in s.text("meta")
-    assert s.text("writers").strip() == ""
+    assert s.text("writers").strip() == ""  # no log: nothing to look for
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the probe as another user")
+def test_a_probe_without_root_says_what_it_could_not_see(tmp_path):
+    """A non-root SSH user cannot read other users' /proc/*/fd: the probe counts them, so the
+    diagnosis can say "writer not visible" instead of "process gone"."""
+    import subprocess
+    import tempfile
+
+    from bot.evidence import read_evidence
+
+    folder = Path(tempfile.mkdtemp(prefix="runbot-nonroot-"))
+    try:
+        folder.chmod(0o755)
+        log = folder / "train.log"
+        log.write_text("step=3 loss=1.0 tok/s=100\n")
+        log.chmod(0o644)
+        with writer_holding(log):
+            out = subprocess.run(["bash", "-c", build_script(Target(str(log)), NONCE)], user="nobody",
+                                 capture_output=True, timeout=30, cwd="/")
+        ev = read_evidence(split_sections(out.stdout, NONCE), str(log))
+        assert ev.writers == () and ev.hidden_processes > 0
+    finally:
+        import shutil
+
+        shutil.rmtree(folder)
