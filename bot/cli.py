@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -28,7 +29,8 @@ class UsageError(Exception):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="runbot", description="What are my training runs doing? One line each.")
     p.add_argument("--config", metavar="PATH", help="runs file (default: $RUNBOT_CONFIG, else config/runs.toml)")
-    p.add_argument("--save-probe", metavar="DIR", type=Path, help="keep each probe's raw output in DIR (for replays)")
+    p.add_argument("--save-probe", metavar="DIR", type=Path,
+                   help="keep each probe's raw output in DIR, for replays and bug reports (raw: NOT redacted)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, text in (("status", "the verdict and its evidence"), ("gpus", "per-GPU classification, by role")):
         sub.add_parser(name, help=text).add_argument("run", help="run name or a unique prefix")
@@ -76,6 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) -> int:
+    if args.save_probe is not None:
+        try:  # say so now, not as a traceback after the probe
+            args.save_probe.mkdir(parents=True, exist_ok=True)
+            if not os.access(args.save_probe, os.W_OK):
+                raise PermissionError("not writable")
+        except OSError as exc:
+            raise UsageError(f"--save-probe {args.save_probe}: {exc.strerror or exc}") from None
     if args.command == "check-config":
         print(_describe_config(registry))
         return EXIT_OK
@@ -144,7 +153,8 @@ def _describe_config(registry: Registry) -> str:
         lines.append(f"  host {host.name}: {host.user}@{host.address}:{host.port}" + (f" via {host.jump}" if host.jump else ""))
     for run in registry.runs.values():
         roles = ", ".join(f"{r}={list(i)}" for r, i in run.roles.items())
-        silence = "auto" if run.silence_after is None else format_duration(run.silence_after)
+        silence = ("auto (learned from elapsed= in step lines, else 10m)" if run.silence_after is None
+                   else format_duration(run.silence_after))
         lines.append(f"  run {run.name}: {_where(run)} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
     lines.append(f"  watchdog: every {format_duration(registry.bot.check_every)} · alerts to {registry.bot.alert_channel or '(none set)'}")
     lines.append(f"  state: {registry.bot.state_db}")

@@ -126,3 +126,27 @@ def test_demo_walks_every_phase_and_exits_0():
     for words in ("no output yet (importing?)", "no steps yet — loading weights", "tok/s", "silent",
                   "crashed — torch.OutOfMemoryError"):
         assert words in text, words
+
+
+def test_save_probe_keeps_the_raw_output_for_replay(config, tmp_path):
+    import json
+
+    from bot.checkup import verdict_from_output
+    from bot.runners import RunResult
+    from config.registry import load_registry
+
+    keep = tmp_path / "captures"
+    out = runbot("--config", str(config), "--save-probe", str(keep), "status", "dflash-oom")
+    assert out.returncode == 0
+    probe = next(keep.glob("dflash-oom-*.probe"))
+    meta = json.loads(probe.with_suffix(".json").read_text())
+    run = load_registry(config).runs["dflash-oom"]
+    v = verdict_from_output(run, RunResult(probe.read_bytes(), b"", meta["exit_status"]), meta["nonce"])
+    assert v.headline == out.stdout.splitlines()[0]
+
+
+def test_save_probe_into_a_place_it_cannot_write_exits_2(config, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = runbot("--config", str(config), "--save-probe", str(blocker / "sub"), "status", "dflash-oom")
+    assert out.returncode == 2 and "--save-probe" in out.stderr and "Traceback" not in out.stderr
