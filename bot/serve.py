@@ -26,9 +26,9 @@ EVENTS_PATH = "/slack/events"
 DRAIN_S = 10.0  # on SIGTERM, answers already being worked on get this long to go out
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
-# Started after the app is listening, stopped (in reverse) before it lets go. Each item is an
-# object or module with optional `on_start(services)` / `on_stop(services)` (plain or async),
-# or the dotted name of such a module. The watchdog adds itself here to run its scheduler on
+# Started after the app is listening, stopped (in reverse) once it has stopped taking requests
+# and the answers in flight are out. Each item is an object or module with optional
+# `on_start(services)` / `on_stop(services)` (plain or async), or the dotted name of such a module. The watchdog adds itself here to run its scheduler on
 # this event loop.
 STARTUP_HOOKS: list[Any] = ["bot.watchdog"]  # bot/watchdog.py on_start/on_stop: the watchdog's scheduler
 
@@ -79,14 +79,16 @@ async def serve_async(
         log.info("stopping", extra={"runbot": {"event": "stopping", "in_flight": len(services.pending)}})
         return EXIT_OK
     finally:
+        # No new requests, then the answers in flight go out (a /run mute still needs the
+        # watchdog and its store), and only then the hooks stop what they started.
         if close is not None:
-            await close()  # no new requests from here on
+            await close()
+        late = await services.drain(DRAIN_S)
         for hook in reversed(started):
             try:
                 await _call(hook, "on_stop", services)
             except Exception:
                 log.exception("on_stop hook failed")
-        late = await services.drain(DRAIN_S)
         await services.targets.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

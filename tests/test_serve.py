@@ -269,3 +269,44 @@ def test_the_manifest_and_procfile_say_what_the_docs_say():
     procs = [line for line in (REPO / "Procfile").read_text().splitlines() if line and not line.startswith("#")]
     assert procs == ["web: runbot serve", "worker: runbot serve"]
     assert "## Connect to Slack" in (REPO / "docs" / "slack.md").read_text()
+
+
+# -- the state file, and the order of a stop ---------------------------------------------------------
+
+
+def _settings(slack, port: int | None = None) -> Settings:
+    return Settings(_env_file=None, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET, slack_app_token=None,
+                    slack_api_base_url=slack.api_url, port=port or free_port())
+
+
+async def test_a_stop_lets_work_in_flight_finish_before_the_hooks_stop(tmp_path, slack, monkeypatch):
+    """A /run mute in flight at SIGTERM still finds the watchdog and its store open."""
+    registry = load_registry(setup_run(tmp_path))
+    events: list = []
+    entered = asyncio.Event()
+
+    class InFlight:
+        async def on_start(self, services) -> None:
+            async def mute_soon() -> None:
+                with services.tracking():
+                    entered.set()
+                    await asyncio.sleep(0.5)
+                    try:
+                        await services.watchdog.mute(registry.runs["dflash"], time.time() + 60, "U1")
+                        events.append("muted")
+                    except Exception as exc:  # noqa: BLE001 - the test's point
+                        events.append(f"{type(exc).__name__}: {exc}")
+
+            self.task = asyncio.create_task(mute_soon())
+
+        def on_stop(self, services) -> None:
+            events.append(("stop", services.store.state("dflash") is not None))
+
+    monkeypatch.setattr(serve, "STARTUP_HOOKS", ["bot.watchdog", InFlight()])
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve.serve_async(registry, _settings(slack), local_env=path_with(tmp_path / "bin"),
+                                                 stop=stop, host="127.0.0.1"))
+    await asyncio.wait_for(entered.wait(), 15)
+    stop.set()
+    assert await asyncio.wait_for(task, 15) == 0
+    assert events == ["muted", ("stop", True)]
