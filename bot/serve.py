@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 import signal
+import sqlite3
 import sys
 from typing import Any, Mapping
 
@@ -17,6 +18,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from bot.app import Services, build_app, make_services
+from bot.store import Store, StoreError
 from config.registry import ConfigError, Registry
 from config.settings import Settings
 
@@ -41,6 +43,9 @@ def serve(registry: Registry, settings: Settings) -> int:
     except ConfigError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except (StoreError, sqlite3.Error) as exc:  # a backstop: serve_async opens the store first and says so itself
+        print(f"runbot: {_store_fault(registry.bot.state_db, exc)}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 async def serve_async(
@@ -54,6 +59,12 @@ async def serve_async(
     """Serve until `stop` is set (SIGTERM and SIGINT set it)."""
     services = make_services(registry, settings, local_env=local_env)
     app = build_app(registry, settings, services)
+    try:  # before Slack: a state file that cannot be used is a configuration problem, said in one line
+        services.store = Store(registry.bot.state_db)
+    except (StoreError, sqlite3.Error) as exc:
+        print(f"runbot: {_store_fault(registry.bot.state_db, exc)}", file=sys.stderr)
+        await services.targets.close()
+        return EXIT_CONFIG
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -90,9 +101,21 @@ async def serve_async(
             except Exception:
                 log.exception("on_stop hook failed")
         await services.targets.close()
+        if services.store is not None:
+            services.store.close()  # the watchdog's on_stop may have closed it already: closing twice is harmless
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         log.info("stopped", extra={"runbot": {"event": "stopped", "cut_off": late}})
+
+
+def _store_fault(path: str, exc: Exception) -> str:
+    """The state file's problem as "<path>: what is wrong" (StoreError's sentence already names the file)."""
+    said = str(exc)
+    if isinstance(exc, StoreError) and said.startswith(f"{path}: "):
+        return said
+    if isinstance(exc, sqlite3.OperationalError) and "unable to open" in said:
+        said += " (does its folder exist, and may runbot write there?)"
+    return f"{path}: {said}"
 
 
 async def _preflight(services: Services, settings: Settings) -> str | None:

@@ -87,12 +87,16 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")  # readers (a second bot, sqlite3 CLI) never block writes
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives kill -9; only power loss may drop the last commit
-        self._db.execute("PRAGMA busy_timeout=5000")
-        self._migrate()
+        try:
+            self._db.row_factory = sqlite3.Row
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")  # readers (a second bot, sqlite3 CLI) never block writes
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives kill -9; only power loss may drop the last commit
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._migrate()
+        except BaseException:  # a file we cannot use (StoreError, "file is not a database"): leave no handle open
+            self._db.close()
+            raise
 
     def close(self) -> None:
         self._db.close()

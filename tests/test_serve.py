@@ -170,6 +170,16 @@ def test_serve_on_a_busy_port_says_so(tmp_path, slack):
     assert "cannot listen" in err
 
 
+def test_serve_with_a_state_file_it_cannot_open_says_so_in_one_line(tmp_path, slack):
+    setup_run(tmp_path)
+    state = tmp_path / "no-such-folder" / "state.sqlite3"
+    proc = start_serve(tmp_path, serve_env(tmp_path, slack, free_port(), RUNBOT_STATE_DB=str(state)))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, err
+    assert err.splitlines() == [err.strip()] and err.startswith(f"runbot: {state}: "), err  # no traceback
+    assert slack.posts("auth.test") == []  # the state file is checked before Slack is asked anything
+
+
 # -- in-process: hooks and Socket Mode -------------------------------------------------------------
 
 
@@ -277,6 +287,32 @@ def test_the_manifest_and_procfile_say_what_the_docs_say():
 def _settings(slack, port: int | None = None) -> Settings:
     return Settings(_env_file=None, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET, slack_app_token=None,
                     slack_api_base_url=slack.api_url, port=port or free_port())
+
+
+@pytest.mark.parametrize("content, says", [
+    ("newer", "written by a newer runbot"),
+    ("foreign", "not a runbot state file"),
+    ("garbage", "file is not a database"),
+])
+async def test_a_bad_state_file_is_one_line_and_exit_2_before_slack_is_asked(tmp_path, slack, capsys, content, says):
+    import sqlite3
+
+    state = tmp_path / "state.sqlite3"
+    if content == "garbage":
+        state.write_bytes(b"this is not sqlite at all, " * 100)
+    else:
+        db = sqlite3.connect(state)
+        db.execute("CREATE TABLE notes (x)" if content == "foreign" else "PRAGMA user_version = 99")
+        db.commit()
+        db.close()
+    config = setup_run(tmp_path)
+    config.write_text(f'[bot]\nstate_db = "{state}"\n' + config.read_text())
+    code = await asyncio.wait_for(serve.serve_async(load_registry(config), _settings(slack), host="127.0.0.1"), 15)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [err.strip()] and err.startswith(f"runbot: {state}: ") and says in err, err
+    assert err.count(str(state)) == 1
+    assert slack.posts("auth.test") == []
 
 
 async def test_a_stop_lets_work_in_flight_finish_before_the_hooks_stop(tmp_path, slack, monkeypatch):
