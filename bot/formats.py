@@ -263,17 +263,20 @@ _ERE = "|".join([
     _ci("loss") + ".*" + _ERE_RATE, _ERE_RATE + ".*" + _ci("loss"),  # kv lines without a step key
     _ci("epoch") + "[ \t]*[^A-Za-z \t]",  # Lightning bars
 ])
-_PY_CLASS = {"d": ("[0-9]", "0-9"), "s": ("[ \t]", " \t"), "w": ("[A-Za-z0-9_]", "A-Za-z0-9_")}
+# Python class escapes as POSIX brackets (busybox grep knows none of them). The negated ones
+# have no form inside [...]; the config refuses a backslash there anyway.
+_PY_CLASS = {"d": ("[0-9]", "0-9"), "s": ("[ \t]", " \t"), "w": ("[A-Za-z0-9_]", "A-Za-z0-9_"),
+             "D": ("[^0-9]", None), "S": ("[^ \t]", None), "W": ("[^A-Za-z0-9_]", None)}
 
 
 def _to_ere(pattern: str) -> str:
-    """Translate Python's \\d, \\s, \\w (also inside [...]) for grep; everything else is kept."""
+    """Translate Python's \\d \\s \\w (also inside [...]) and \\D \\S \\W for grep; everything else is kept."""
     out, in_class, i = [], False, 0
     while i < len(pattern):
         c = pattern[i]
         if c == "\\" and i + 1 < len(pattern):
             nxt = pattern[i + 1]
-            out.append(_PY_CLASS[nxt][in_class] if nxt in _PY_CLASS else c + nxt)
+            out.append(_PY_CLASS[nxt][in_class] or c + nxt if nxt in _PY_CLASS else c + nxt)
             i += 2
             continue
         in_class = (in_class and c != "]") or (not in_class and c == "[")

@@ -206,12 +206,9 @@ def _ere_fault(pattern: str) -> str | None:
         c = pattern[i]
         if c == "\\":
             nxt = pattern[i + 1 : i + 2]
-            if nxt == "d":
-                return r"grep -E has no \d (use [0-9])"
-            if nxt == "D":
-                return r"grep -E has no \D (use [^0-9])"
-            if nxt.isascii() and nxt.isalnum() and nxt not in "wWsSb":
-                return f"grep -E has no \\{nxt} (escape only punctuation; \\w, \\s and \\b are fine)"
+            # \d \D \w \W \s \S are rewritten as bracket classes for grep (formats.step_grep_ere).
+            if nxt.isascii() and nxt.isalnum() and nxt not in "dDwWsSb":
+                return f"grep -E has no \\{nxt} (escape only punctuation; \\d, \\w, \\s and \\b are fine)"
             i, after_quantifier = i + 2, False
             continue
         if c == "[":

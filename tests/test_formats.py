@@ -593,3 +593,22 @@ def test_imports_stay_pure() -> None:
                                 cwd=Path(__file__).resolve().parents[1]).stdout.split())
     assert not loaded & {"subprocess", "asyncio", "sqlite3"}
     assert loaded - set(sys.stdlib_module_names) <= {"bot"}
+
+
+@pytest.mark.skipif(shutil.which("grep") is None, reason="needs grep")
+@pytest.mark.parametrize("custom, line, other", [
+    (r"batch \d+ done", "batch 12 done in 3s", "batch x done"),
+    (r"\w+_loss=\S+", "my_loss=2.5", "= nothing"),
+    (r"it\D+\d+", "iter: 7", "it7"),
+])
+def test_python_class_escapes_mean_the_same_to_grep(custom, line, other):
+    ere = step_grep_ere(custom)
+    assert "\\d" not in ere and "\\D" not in ere and "\\S" not in ere and "\\W" not in ere
+    found = subprocess.run(["grep", "-aE", "--", f"({_to_ere_only(custom)})"], input=f"{line}\n{other}\n",
+                           capture_output=True, text=True, env={"LC_ALL": "C"}).stdout.splitlines()
+    assert found == [line]
+    assert re.search(custom, line) and not re.search(custom, other)
+
+
+def _to_ere_only(custom: str) -> str:
+    return step_grep_ere(custom).split(")|(", 1)[1][:-1]

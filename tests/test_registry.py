@@ -162,8 +162,8 @@ FAULTS = [
     ("[defaults.gpus]\nt = [0, 0]\n", "defaults.gpus.t", "GPU 0 listed twice"),
     # step_pattern: Python re and grep -E must read it alike
     (run_toml(step_pattern='"step=("'), "runs.x.step_pattern", "is not a regular expression"),
-    (run_toml(step_pattern=r"'step=\d+'"), "runs.x.step_pattern", r"grep -E has no \d (use [0-9])"),
-    (run_toml(step_pattern=r"'\D'"), "runs.x.step_pattern", "use [^0-9]"),
+    (run_toml(step_pattern=r"'step=\q+'"), "runs.x.step_pattern", r"grep -E has no \q"),
+    (run_toml(step_pattern=r"'\Zstep'"), "runs.x.step_pattern", r"grep -E has no \Z"),
     (run_toml(step_pattern=r"'\Astep'"), "runs.x.step_pattern", r"grep -E has no \A"),
     (run_toml(step_pattern=r"'(\w+)=\1'"), "runs.x.step_pattern", r"grep -E has no \1"),
     (run_toml(step_pattern=r"'x\B'"), "runs.x.step_pattern", r"grep -E has no \B"),
@@ -797,3 +797,10 @@ def test_parse_registry_only_raises_config_error_on_toml_like_files(data: dict) 
         for run in registry.runs.values():
             assert run.host == LOCAL or run.host in registry.hosts
             assert os.path.isabs(run.log)
+
+
+@pytest.mark.parametrize("pattern", [r"step=\d+", r"iter\D+\d+", r"\w+_loss=\S+", r"\bepoch\s\d"])
+def test_python_class_escapes_are_accepted_in_step_pattern(pattern):
+    """The probe rewrites \\d \\D \\w \\W \\s \\S as bracket classes for grep, so they are fine."""
+    text = f"[runs.x]\nhost = \"local\"\nlog = \"/x.log\"\nstep_pattern = '{pattern}'\n"
+    assert parse_registry(text, Path("runs.toml")).runs["x"].step_pattern == pattern
