@@ -160,11 +160,14 @@ class Watchdog:
         """Send a run's waiting messages in order; stop at the first failure (the next sweep retries)."""
         async with self._sending[run_name]:
             rows = self.store.pending(run_name)
-            for row in rows:
+            while rows:
+                row = rows[0]
                 if self._slack_down or (row.op != "post" and row.parent_ts is None):
                     break  # Slack is down, or the thread's parent has not gone out yet
                 if not await self._send(row):
                     break
+                # A parent that just went out gives the rows behind it their thread: read them again.
+                rows = self.store.pending(run_name) if row.op == "post" else rows[1:]
             if not self.store.pending(run_name):
                 self._backlog.discard(run_name)
 

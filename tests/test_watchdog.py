@@ -383,3 +383,26 @@ async def test_the_mute_button_mutes_for_an_hour(lab):
     await on_mute_button(ack, body, {"value": "beta"}, {"services": _services(wd)})
     assert acks and abs(wd.muted_until("beta") - (time.time() + 3600)) < 60
     assert wd.states["beta"].muted_by == "U1"
+
+
+# --- delivery: one pass, one try, contained -----------------------------------------------------
+
+
+async def test_a_late_parent_takes_its_thread_with_it_in_one_pass(lab, tmp_path):
+    chat = FakeChat()
+    wd = lab(chat=chat)
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        silent(log)
+        chat.fail_next = 1
+        await wd.sweep()  # the parent fails
+    log.write_text(OOM)
+    chat.fail_next = 1
+    await wd.sweep()  # the crash reply and the edit queue behind it
+    assert [r.op for r in wd.store.pending("alpha")] == ["post", "reply", "update"]
+    wd.store.close()
+    wd = lab(chat=chat)  # a restart once Slack is back: one delivery of alpha's queue
+    await wd.deliver("alpha")
+    [parent] = chat.parents()
+    assert "now crashed" in chat.thread(parent["ts"])[0] and chat.updates[-1]["ts"] == parent["ts"]
+    assert wd.store.pending() == []
