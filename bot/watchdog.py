@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections import defaultdict
@@ -61,6 +62,9 @@ class Watchdog:
         self._chat_gate = asyncio.Semaphore(CHAT_CONCURRENCY)
         self._queued = 0
         self._backlog = {row.run for row in store.pending()}
+        # Runs whose queue Slack refused for certain (channel_not_found, not_in_channel…): refusals in a
+        # row, and sweeps still to sit out. The gaps double, so a wrong channel costs a few calls an hour.
+        self._refused: dict[str, list[int]] = {}
         self._trails: dict[str, tuple[str, ...]] = {}
         for run in registry.runs.values():
             if run.alert_channel is None:
@@ -77,17 +81,21 @@ class Watchdog:
         self._slack_down = False
         queued_before = self._queued
         launched, busy = [], []
+        held = self._sit_out()  # refused for certain lately: not tried this sweep
+        tried: set[str] = set()  # delivered by their own probe's task: not tried twice
         for run in self.registry.runs.values():
             task = self._inflight.get(run.name)
             if task is not None and not task.done():
                 busy.append(run.name)
                 continue
-            task = asyncio.create_task(self._sweep_one(run), name=f"probe:{run.name}")
+            task = asyncio.create_task(self._sweep_one(run, tried, held), name=f"probe:{run.name}")
             self._inflight[run.name] = task
             launched.append(task)
         if launched:
             await asyncio.wait(launched, timeout=wait)
-        for run in list(self._backlog - set(self._inflight_names())):  # runs whose earlier messages still wait
+        # Runs whose earlier messages still wait and that no probe task delivered (its judging failed,
+        # the run left the configuration).
+        for run in list(self._backlog - set(self._inflight_names()) - tried - held):
             await self.deliver(run)
         report = SweepReport(time.perf_counter() - started, len(launched), tuple(busy),
                              self._queued - queued_before, len(self._backlog))
@@ -99,11 +107,30 @@ class Watchdog:
     def _inflight_names(self) -> list[str]:
         return [name for name, task in self._inflight.items() if not task.done()]
 
-    async def _sweep_one(self, run: Run) -> None:
+    def _sit_out(self) -> set[str]:
+        """The runs whose queue waits out this sweep after definite refusals (and count the sweep)."""
+        held = set()
+        for name, refusal in self._refused.items():
+            if refusal[1] > 0:
+                refusal[1] -= 1
+                held.add(name)
+        return held
+
+    def _refusal(self, run_name: str) -> int:
+        """Count a definite refusal; returns the sweeps the run's queue now sits out: 0, 1, 3, 7…,
+        at most those in `remind_every` (a message held back is tried at least that often)."""
+        count = self._refused.get(run_name, [0, 0])[0] + 1
+        most = max(0, math.ceil(self.policy.remind_every / max(self.registry.bot.check_every, 1e-3)) - 1)
+        skip = min(2 ** min(count - 1, 30) - 1, most)
+        self._refused[run_name] = [count, skip]
+        return skip
+
+    async def _sweep_one(self, run: Run, tried: set[str], held: set[str]) -> None:
         try:
             verdict = await self.probe(run)
             self.judge(run, verdict)
-            if run.name in self._backlog:
+            if run.name in self._backlog and run.name not in held:
+                tried.add(run.name)
                 await self.deliver(run.name)
         except Exception:  # one run's bug must not end the sweep for the others
             log.exception("watchdog: checking %s failed", run.name)
@@ -192,11 +219,14 @@ class Watchdog:
         except ChatError as exc:
             self.store.failed(row.id, str(exc), in_doubt=exc.in_doubt or in_doubt)
             self._slack_down = self._slack_down or exc.transient
-            log.warning("%s: %s not delivered (%s attempt%s): %s", row.run, row.op, row.attempts + 1,
-                        "" if row.attempts == 0 else "s", exc)
+            skip = 0 if exc.transient else self._refusal(row.run)
+            log.warning("%s: %s not delivered (%s attempt%s): %s%s", row.run, row.op, row.attempts + 1,
+                        "" if row.attempts == 0 else "s", exc,
+                        f"; next try in {skip + 1} sweeps" if skip else "")
             return False
         channel = getattr(self.chat, "channel_id", lambda c: c)(row.channel)
         self.store.sent(row, ts, self.clock(), channel=channel)  # after the call
+        self._refused.pop(row.run, None)
         return True
 
     async def _find(self, row: Pending) -> str | None:

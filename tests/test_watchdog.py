@@ -49,8 +49,16 @@ class FakeChat:
         self.fail_next = 0
         self.lose_answer_next = 0
         self.has_find = True
+        self.refuse: str | None = None  # a definite refusal, e.g. "channel_not_found"
+        self.raise_next: list[BaseException] = []  # errors that are not ChatError (a slack_sdk surprise)
+        self.attempts = 0
 
     async def post(self, channel, text, blocks, thread_ts=None, *, key=None):
+        self.attempts += 1
+        if self.raise_next:
+            raise self.raise_next.pop(0)
+        if self.refuse:
+            raise ChatError(f"chat.postMessage: {self.refuse}", transient=False)
         if self.fail_next:
             self.fail_next -= 1
             raise ChatError("chat.postMessage: HTTP 500", in_doubt=False)
@@ -406,3 +414,40 @@ async def test_a_late_parent_takes_its_thread_with_it_in_one_pass(lab, tmp_path)
     [parent] = chat.parents()
     assert "now crashed" in chat.thread(parent["ts"])[0] and chat.updates[-1]["ts"] == parent["ts"]
     assert wd.store.pending() == []
+
+
+async def test_a_definite_refusal_is_tried_once_a_sweep_then_less_and_less(lab, tmp_path):
+    chat = FakeChat()
+    chat.refuse = "channel_not_found"
+    wd = lab(chat=chat)
+    log = tmp_path / "alpha.log"
+    tries = []
+    with writer_holding(log), writer_holding(tmp_path / "beta.log"):
+        silent(log)
+        for _ in range(9):
+            before = chat.attempts
+            await wd.sweep()
+            tries.append(chat.attempts - before)
+        assert tries[0] == 1  # once, not again by the sweep's backlog pass
+        assert tries == [1, 1, 0, 1, 0, 0, 0, 1, 0]  # the gaps double (at most remind_every)
+        chat.refuse = None  # the bot was invited: the next try delivers, and every sweep tries again
+        for _ in range(8):
+            await wd.sweep()
+    assert len(chat.parents()) == 1 and wd.store.pending() == []
+
+
+async def test_a_refused_queue_is_tried_at_least_every_remind_every(lab, tmp_path):
+    from dataclasses import replace
+
+    chat = FakeChat()
+    chat.refuse = "not_in_channel"
+    wd = lab(chat=chat)
+    wd.policy = replace(wd.policy, remind_every=3.0)  # check_every is 1 s: at most 2 sweeps sat out
+    tries = []
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+        silent(tmp_path / "alpha.log")
+        for _ in range(10):
+            before = chat.attempts
+            await wd.sweep()
+            tries.append(chat.attempts - before)
+    assert tries == [1, 1, 0, 1, 0, 0, 1, 0, 0, 1]
