@@ -96,7 +96,7 @@ class Watchdog:
         # Runs whose earlier messages still wait and that no probe task delivered (its judging failed,
         # the run left the configuration).
         for run in list(self._backlog - set(self._inflight_names()) - tried - held):
-            await self.deliver(run)
+            await self._deliver_or_log(run)
         report = SweepReport(time.perf_counter() - started, len(launched), tuple(busy),
                              self._queued - queued_before, len(self._backlog))
         log.info("sweep: %d runs in %.2f s · %d messages queued · %d runs with messages waiting%s",
@@ -198,6 +198,14 @@ class Watchdog:
             if not self.store.pending(run_name):
                 self._backlog.discard(run_name)
 
+    async def _deliver_or_log(self, run_name: str) -> None:
+        """deliver(), with a surprise (an unmapped slack_sdk error, SQLite busy past its timeout) kept to
+        this run: logged, and its rows left for the next sweep (one tried in the call stays in doubt)."""
+        try:
+            await self.deliver(run_name)
+        except Exception:  # noqa: BLE001 - one run's failure must not end the sweep for the others
+            log.exception("watchdog: delivering %s's messages failed; they wait for the next sweep", run_name)
+
     async def _send(self, row: Pending) -> bool:
         async with self._chat_gate:
             return await self._send_now(row)
@@ -251,7 +259,7 @@ class Watchdog:
         now = self.clock()
         new, actions = alerts.mute(self.states.get(run.name), until, now, by)
         self._commit(run, new, actions, self.verdicts.get(run.name), now)
-        await self.deliver(run.name)
+        await self._deliver_or_log(run.name)  # the mute holds once committed; a failed edit goes out later
         return new
 
     def muted_until(self, run_name: str) -> float | None:
@@ -339,7 +347,12 @@ class Watchdog:
         except asyncio.CancelledError:  # the scheduler's shutdown cancels a running job: that is a stop, not an error
             log.debug("sweep cancelled by shutdown")
             return
-        self.store.prune(self.clock() - KEEP_SENT_S)
+        except Exception:  # noqa: BLE001 - logged; the prune and the next sweep still happen
+            log.exception("watchdog: the sweep failed")
+        try:
+            self.store.prune(self.clock() - KEEP_SENT_S)
+        except Exception:  # noqa: BLE001 - e.g. the file locked past busy_timeout: the next sweep prunes
+            log.exception("watchdog: pruning sent messages failed")
 
     async def stop(self) -> None:
         if self.scheduler is not None and self.scheduler.running:

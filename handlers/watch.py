@@ -15,6 +15,7 @@ from handlers.commands import (
     CommandRequest,
     Reply,
     Usage,
+    log,
     log_event,
     send_response,
     subcommand,
@@ -86,9 +87,14 @@ async def on_mute_button(ack, body: dict, action: dict, context) -> None:
     elif services.watchdog is None:
         text, outcome = NOT_RUNNING, "error"
     else:
-        with services.tracking():
-            state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, user)
-        text, outcome = f":no_bell: {run.name} muted until {clock(state.muted_until)} (by you)", "ok"
+        try:
+            with services.tracking():
+                state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, user)
+        except Exception as exc:  # noqa: BLE001 - the clicker hears why; the log gets the traceback
+            log.exception("Mute button on %s failed", run.name)
+            text, outcome = f"could not mute {run.name}: {type(exc).__name__}: {exc}"[:300], "error"
+        else:
+            text, outcome = f":no_bell: {run.name} muted until {clock(state.muted_until)} (by you)", "ok"
     if body.get("response_url"):
         line = render_slack.safe(text)
         await send_response(body["response_url"], {"text": line, "blocks": [render_slack.section(line)],

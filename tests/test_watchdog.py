@@ -451,3 +451,77 @@ async def test_a_refused_queue_is_tried_at_least_every_remind_every(lab, tmp_pat
             await wd.sweep()
             tries.append(chat.attempts - before)
     assert tries == [1, 1, 0, 1, 0, 0, 1, 0, 0, 1]
+
+
+async def test_an_unexpected_delivery_error_stays_with_its_run(lab, tmp_path, monkeypatch):
+    import sqlite3
+
+    chat = FakeChat()
+    wd = lab(chat=chat)
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+        silent(tmp_path / "alpha.log")
+        silent(tmp_path / "beta.log")
+        chat.fail_next = 1
+        await wd.sweep()  # one parent fails, and Slack counts as down for the rest of the sweep
+        assert len(wd.store.pending()) == 2
+
+        def broken(run, verdict):  # a bug in judging: the runs' own tasks deliver nothing
+            raise ValueError("a bug")
+
+        async def probe(run):  # at once: the scheduled sweep waits only 90 % of check_every for probes
+            return None
+
+        monkeypatch.setattr(wd, "probe", probe)
+        monkeypatch.setattr(wd, "judge", broken)
+        pruned = []
+        monkeypatch.setattr(wd.store, "prune", lambda before: pruned.append(before) or 0)
+        chat.raise_next = [sqlite3.OperationalError("database is locked")]  # not a ChatError
+        await wd._scheduled_sweep()  # the backlog pass: the first run's error must not stop the second
+        assert len(chat.parents()) == 1 and len(wd.store.pending()) == 1 and pruned
+        monkeypatch.undo()
+        await wd.sweep()  # the row left in doubt is looked for, not found, and sent
+    assert len(chat.parents()) == 2 and wd.store.pending() == []
+
+
+async def test_a_mute_whose_edit_fails_unexpectedly_still_mutes(lab, tmp_path):
+    chat = FakeChat()
+    wd = lab(chat=chat)
+    alpha = wd.registry.runs["alpha"]
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+        silent(tmp_path / "alpha.log")
+        await wd.sweep()
+
+        async def update(*args):
+            raise RuntimeError("slack_sdk surprise")
+
+        chat.update = update
+        state = await wd.mute(alpha, time.time() + 600, by="U1")
+    assert state.muted(time.time()) and wd.muted_until("alpha") is not None
+    assert [r.op for r in wd.store.pending("alpha")] == ["update"]  # the edit waits for the next sweep
+
+
+async def test_the_mute_button_answers_privately_when_muting_fails(lab, monkeypatch):
+    import sqlite3
+
+    import handlers.watch as watch_handlers
+
+    wd = lab()
+    sent = []
+
+    async def send_response(url, payload):
+        sent.append((url, payload))
+        return True
+
+    async def mute(*args, **kw):
+        raise sqlite3.OperationalError("database is locked")
+
+    async def ack():
+        pass
+
+    monkeypatch.setattr(watch_handlers, "send_response", send_response)
+    monkeypatch.setattr(wd, "mute", mute)
+    body = {"user": {"id": "U1"}, "channel": {"id": "C0ALERTS"}, "response_url": "https://hooks.example/r1"}
+    await watch_handlers.on_mute_button(ack, body, {"value": "beta"}, {"services": _services(wd)})
+    [(url, payload)] = sent
+    assert payload["response_type"] == "ephemeral" and payload["replace_original"] is False
+    assert "could not mute beta" in payload["text"] and "database is locked" in payload["text"]
