@@ -1,4 +1,4 @@
-"""Buttons Refresh / Tail / GPUs: re-probe the run and replace the message in place."""
+"""Buttons Refresh / Tail / GPUs: re-probe the run and replace the message in place (on an alert: answer privately)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from slack_sdk.errors import SlackApiError
 
 from bot import render_slack
-from bot.render_slack import ACTION_GPUS, ACTION_REFRESH, ACTION_TAIL
+from bot.render_slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_TAIL
 from handlers.commands import (
     NOT_ALLOWED,
     TAIL_DEFAULT,
@@ -38,14 +38,23 @@ async def on_button(ack, body: dict, action: dict, context) -> None:
     channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
     response_url = body.get("response_url")
     name = action.get("value", "")
+    alert = is_alert(body.get("message"))
     with services.tracking():
-        outcome, how = await _click(services, user, channel, name, render, container, response_url)
+        outcome, how = await _click(services, user, channel, name, render, container, response_url, alert)
     log_event("button", user=user, channel=channel, command=view, run=name[:64], outcome=outcome, via=how,
               ms=round((time.monotonic() - started) * 1000))
 
 
+def is_alert(message: dict | None) -> bool:
+    """Whether the clicked message is a watchdog alert (its buttons include Mute)."""
+    for block in (message or {}).get("blocks") or ():
+        if block.get("type") == "actions" and any(e.get("action_id") == ACTION_MUTE for e in block.get("elements") or ()):
+            return True
+    return False
+
+
 async def _click(services: Services, user: str, channel: str, name: str, render, container: dict,
-                 response_url: str | None) -> tuple[str, str]:
+                 response_url: str | None, alert: bool = False) -> tuple[str, str]:
     run = services.registry.runs.get(name)
     if run is None or not services.registry.access.allows(user, channel, run):
         # A side note to the clicker only; the message stays as it was.
@@ -57,6 +66,13 @@ async def _click(services: Services, user: str, channel: str, name: str, render,
     verdict = await services.check(run)
     message = render(verdict, run)
     outcome = "unreachable" if not verdict.reached else "ok"
+    if alert:
+        # An alert is the channel's record of an incident (and carries its Mute button): replacing it
+        # would lose both for everyone. The clicker alone gets the fresh view.
+        if response_url and await send_response(response_url, {**message, "response_type": "ephemeral",
+                                                                "replace_original": False}):
+            return outcome, "response_url"
+        return "undelivered", "none"
     ts = container.get("message_ts")
     # Ephemeral messages exist only on the clicker's screen: only their response_url can edit them.
     # A channel message is edited with chat.update, which also works long after response_url expires.

@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 import types
+import urllib.parse
 from pathlib import Path
 
 import aiohttp
@@ -384,6 +385,28 @@ async def test_a_refused_click_changes_nothing(make_bot, stub):
     assert lines(answer)[0].startswith("not allowed") and answer["replace_original"] is False
     assert "no longer configured" in gone_answer["text"]
     assert stub.posts("chat.update") == []
+
+
+async def test_a_button_on_an_alert_answers_privately_and_leaves_the_alert_alone(make_bot, stub):
+    from bot.alerts import RunState, Status
+    from bot.render_alerts import parent
+    from tests.slack_stub import action_payload
+
+    alert = parent("dflash", RunState(Status.OPEN, "silent", seq=1, announced=True, opened_at=time.time(),
+                                      headline="silent 12 min"), None, time.time())
+    async with make_bot() as bot:
+        for action_id, marker in (("runbot.refresh", "*progress*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
+            name = next(bot.names)
+            payload = action_payload(action_id, "dflash", response_url=stub.response_url(name), channel_id="C0ALERTS",
+                                     message_ts="1796000042.000100")
+            payload["message"]["blocks"] = alert["blocks"]  # the alert's parent: it has the Mute button
+            body = urllib.parse.urlencode({"payload": json.dumps(payload)})
+            status, _, _ = await bot.post(body, sign(body))
+            assert status == 200
+            answer = await bot.answer(name)
+            assert answer["response_type"] == "ephemeral" and answer["replace_original"] is False
+            assert lines(answer)[0].startswith("step 2") and marker in all_text(answer)
+    assert stub.posts("chat.update") == []  # the incident and its Mute button stay for everyone
 
 
 # -- the log, and the seam for other subcommands -------------------------------------------------
