@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -111,8 +112,11 @@ _TERMINAL = {":red_circle:": "🔴", ":large_orange_circle:": "🟠", ":large_ye
              ":bell:": "🔔", "&lt;": "<", "&gt;": ">", "&amp;": "&"}
 
 
+_DATE = re.compile(r"<!date\^[0-9]+\^[^|>]*\|([^>]*)>")  # a Slack date token: a terminal shows its fallback
+
+
 def terminal(text: str) -> str:
-    first = text.splitlines()[0] if text else ""
+    first = _DATE.sub(r"\1", text.splitlines()[0] if text else "")
     for code, shown in _TERMINAL.items():
         first = first.replace(code, shown)
     return first

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 
 from bot import humanize as hz
 from bot.alerts import Post, Reply, RunState, Status, severity
@@ -25,8 +25,19 @@ EMOJI = {"crit": ":red_circle:", "warn": ":large_orange_circle:", "recovering": 
 
 
 def clock(ts: float, tz: tzinfo | None = None) -> str:
-    """14:30 in the bot's time zone (tz None: the local one)."""
-    return datetime.fromtimestamp(ts, tz).strftime("%H:%M")
+    """"14:30 UTC": `ts` in `tz` (None: UTC), always labelled. Never the machine's own zone: it is
+    nobody's in particular, and reading it would make this module depend on where it runs."""
+    when = datetime.fromtimestamp(ts, tz or UTC)
+    return f"{when:%H:%M} {when.tzname() or 'UTC'}"
+
+
+def slack_time(ts: float, tz: tzinfo | None = None) -> str:
+    """A Slack date token: every reader sees `ts` in their own time zone; clients that cannot render
+    it (and notifications) show the fallback, clock(ts, tz). Made only of a number and that fallback,
+    so it goes into text *after* escaping (safe() would turn its < > into text) — never build one
+    from log text."""
+    fallback = re.sub(r"[<>|&]", "", clock(ts, tz))
+    return f"<!date^{int(ts)}^{{time}}|{fallback}>"
 
 
 def concern_words(concern: str | None) -> str:
@@ -51,11 +62,11 @@ def _emoji(state: RunState) -> str:
 
 
 def mute_note(state: RunState, now: float, tz: tzinfo | None = None) -> str:
-    """"muted until 14:30" while a mute holds, else ""."""
+    """"muted until <14:30 as a Slack date>" while a mute holds, else "" (mrkdwn, safe to post)."""
     if not state.muted(now):
         return ""
-    by = f" by <@{state.muted_by}>" if state.muted_by else ""
-    return f"muted until {clock(state.muted_until, tz)}{by}"  # type: ignore[arg-type]
+    by = f" by <@{safe(state.muted_by)}>" if state.muted_by else ""
+    return f"muted until {slack_time(state.muted_until, tz)}{by}"  # type: ignore[arg-type]
 
 
 def _parent_line(run: str, state: RunState, now: float) -> str:
@@ -77,9 +88,9 @@ def parent(run: str, state: RunState, verdict: Verdict | None, now: float, tz: t
         blocks += verdict_blocks(verdict)[1:]  # the evidence; the line above already says the verdict
     notes = []
     if state.opened_at is not None and state.status is not Status.FINISHED:
-        notes.append(f"{safe(concern_words(state.concern))} since {clock(state.opened_at, tz)}")
+        notes.append(f"{safe(concern_words(state.concern))} since {slack_time(state.opened_at, tz)}")
     if state.changed_at is not None and state.changed_at != state.opened_at:
-        notes.append(f"updated {clock(state.changed_at, tz)}")
+        notes.append(f"updated {slack_time(state.changed_at, tz)}")
     muted = mute_note(state, now, tz)
     if muted:
         notes.append(muted)

@@ -17,7 +17,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot import render_slack
-from bot.render_alerts import clock
+from bot.render_alerts import clock, slack_time
 from bot.verdict import Phase, Verdict
 from config.registry import Registry, Run, UnknownRun
 
@@ -146,10 +146,26 @@ async def status(req: CommandRequest) -> Reply:
     run = req.run(req.args[0])
     verdict = await req.services.check(run)
     watchdog = req.services.watchdog
-    if watchdog is not None and (until := watchdog.muted_until(run.name)) is not None:
+    until = watchdog.muted_until(run.name) if watchdog is not None else None
+    if until is not None:
         # A muted run is still probed; say so, or a quiet alert channel reads as "all well".
         verdict = replace(verdict, facts=(("muted", f"alerts muted until {clock(until)}"), *verdict.facts))
-    return req.reply(render_slack.status_message(verdict, run.name, where(run)), outcome=_probe_outcome(verdict))
+    message = render_slack.status_message(verdict, run.name, where(run))
+    if until is not None:
+        _local_time(message, "*muted*  alerts muted until ", until)
+    return req.reply(message, outcome=_probe_outcome(verdict))
+
+
+def _local_time(message: dict, lead: str, ts: float) -> None:
+    """In the blocks, make the time after `lead` (our own words, the first fact) a Slack date token each
+    reader sees in their own zone. The token goes in after render_slack has escaped the facts, and
+    replaces only our fallback; the plain `text` keeps the fallback ("14:30 UTC")."""
+    ours = lead + clock(ts)
+    for block in message.get("blocks", ()):
+        text = block.get("text") or {}
+        if block.get("type") == "section" and text.get("text", "").startswith(ours):
+            text["text"] = lead + slack_time(ts) + text["text"][len(ours):]
+            return
 
 
 @subcommand("gpus", "gpus RUN", "each GPU over several samples, by role")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot import render_slack
 from bot.chat import ChatError
-from bot.render_alerts import MUTE_FOR_S, clock
+from bot.render_alerts import MUTE_FOR_S, slack_time
 from bot.render_slack import ACTION_MUTE
 from config.registry import format_duration, parse_duration
 from handlers.commands import (
@@ -27,8 +28,20 @@ if TYPE_CHECKING:
 NOT_RUNNING = "the watchdog is not running (`runbot serve` starts it)"
 
 
-def _note(req: CommandRequest, text: str, outcome: str = "ok") -> Reply:
-    line = render_slack.safe(text)
+@dataclass(frozen=True)
+class At:
+    """A time in a note: a Slack date token (each reader's own zone), added after the text around it is escaped."""
+
+    ts: float
+
+
+def _line(*parts: str | At) -> str:
+    """Text parts made safe to post, times as Slack date tokens."""
+    return "".join(slack_time(p.ts) if isinstance(p, At) else render_slack.safe(p) for p in parts)
+
+
+def _note(req: CommandRequest, *parts: str | At, outcome: str = "ok") -> Reply:
+    line = _line(*parts)
     return req.reply({"text": line, "blocks": [render_slack.section(line)]}, outcome=outcome)
 
 
@@ -37,13 +50,14 @@ async def watch(req: CommandRequest) -> Reply:
     run = req.run(req.args[0])
     watchdog = req.services.watchdog
     if watchdog is None:
-        return _note(req, NOT_RUNNING, "error")
+        return _note(req, NOT_RUNNING, outcome="error")
     try:
         found, started = await watchdog.watch(run, req.channel_id, req.user_id)
     except ChatError as exc:  # e.g. not_in_channel: the bot needs inviting to post here
-        return _note(req, f"cannot post the watch message here ({exc}); invite the bot to this channel", "error")
+        return _note(req, f"cannot post the watch message here ({exc}); invite the bot to this channel", outcome="error")
     if not started:
-        return _note(req, f"{run.name} is already being watched (since {clock(found.started_at)}) — one watch per run", "busy")
+        return _note(req, f"{run.name} is already being watched (since ", At(found.started_at), ") — one watch per run",
+                     outcome="busy")
     return _note(req, f"watching {run.name}: the message in this channel follows it until its first step")
 
 
@@ -58,9 +72,9 @@ async def mute(req: CommandRequest) -> Reply:
             raise Usage(str(exc)) from None
     watchdog = req.services.watchdog
     if watchdog is None:
-        return _note(req, NOT_RUNNING, "error")
+        return _note(req, NOT_RUNNING, outcome="error")
     state = await watchdog.mute(run, req.services.clock() + seconds, req.user_id)
-    return _note(req, f":no_bell: {run.name} muted until {clock(state.muted_until)} — still probed; "
+    return _note(req, f":no_bell: {run.name} muted until ", At(state.muted_until), " — still probed; "
                       f"`/run unmute {run.name}` to hear from it again")
 
 
@@ -69,7 +83,7 @@ async def unmute(req: CommandRequest) -> Reply:
     run = req.run(req.args[0])
     watchdog = req.services.watchdog
     if watchdog is None:
-        return _note(req, NOT_RUNNING, "error")
+        return _note(req, NOT_RUNNING, outcome="error")
     await watchdog.mute(run, None, req.user_id)
     return _note(req, f":bell: {run.name} unmuted")
 
@@ -83,20 +97,21 @@ async def on_mute_button(ack, body: dict, action: dict, context) -> None:
     channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
     run = services.registry.runs.get(action.get("value", ""))
     if run is None or not services.registry.access.allows(user, channel, run):
-        text, outcome = (NOT_ALLOWED, "refused") if run is not None else ("that run is no longer configured", "unknown_run")
+        refused = run is not None
+        line = _line(NOT_ALLOWED if refused else "that run is no longer configured")
+        outcome = "refused" if refused else "unknown_run"
     elif services.watchdog is None:
-        text, outcome = NOT_RUNNING, "error"
+        line, outcome = _line(NOT_RUNNING), "error"
     else:
         try:
             with services.tracking():
                 state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, user)
         except Exception as exc:  # noqa: BLE001 - the clicker hears why; the log gets the traceback
             log.exception("Mute button on %s failed", run.name)
-            text, outcome = f"could not mute {run.name}: {type(exc).__name__}: {exc}"[:300], "error"
+            line, outcome = _line(f"could not mute {run.name}: {type(exc).__name__}: {exc}"[:300]), "error"
         else:
-            text, outcome = f":no_bell: {run.name} muted until {clock(state.muted_until)} (by you)", "ok"
+            line, outcome = _line(f":no_bell: {run.name} muted until ", At(state.muted_until), " (by you)"), "ok"
     if body.get("response_url"):
-        line = render_slack.safe(text)
         await send_response(body["response_url"], {"text": line, "blocks": [render_slack.section(line)],
                                                    "response_type": "ephemeral", "replace_original": False})
     log_event("button", user=user, channel=channel, command="mute", run=action.get("value", "")[:64], outcome=outcome,

@@ -187,7 +187,7 @@ def test_the_parent_is_safe_says_the_verdict_first_and_has_the_buttons():
     first = message["text"].splitlines()[0]
     assert first.startswith(":red_circle: dflash: silent 12 min") and "<!channel>" not in message["text"]
     assert "xoxb-123456789012" not in str(message)
-    assert message["text"].splitlines()[1] == f"muted until {render_alerts.clock(T0 + 600, UTC)} by <@U1>"
+    assert message["text"].splitlines()[1] == f"muted until <!date^{int(T0 + 600)}^{{time}}|{render_alerts.clock(T0 + 600, UTC)}> by <@U1>"
     actions = message["blocks"][-1]
     assert [e["action_id"] for e in actions["elements"]][-1] == "runbot.mute"
     assert {e["value"] for e in actions["elements"]} == {"dflash"}
@@ -212,3 +212,34 @@ def test_a_watch_trail_keeps_a_moving_bar_short():
     assert trail == ("starting…", "loading weights 15% (131/851)", "loading weights 60% (511/851)", "step 1 · 14.2K tok/s")
     text = render_alerts.watch_message("dflash", trail, "trained", T0, T0 + 90)["text"]
     assert text == "dflash: starting… → loading weights 15% (131/851) → 60% (511/851) → first step 1 · 14.2K tok/s :white_check_mark:"
+
+
+def test_times_are_slack_dates_each_reader_sees_in_their_own_zone(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # the server's zone must not leak into the text
+    time.tzset()
+    try:
+        opened, muted = 1_800_000_000.0, 1_800_003_600.0  # 08:00 and 09:00 UTC
+        state = replace(OPEN, opened_at=opened, changed_at=opened + 60, muted_until=muted, muted_by="U1",
+                        headline="silent 12 min <!date^1800000000^{time}|forged> & more")
+        message = render_alerts.parent("dflash", state, None, opened + 120)
+        assert render_alerts.clock(muted) == "09:00 UTC"
+        assert message["text"].splitlines()[1] == "muted until <!date^1800003600^{time}|09:00 UTC> by <@U1>"
+        notes = message["blocks"][-2]["elements"][0]["text"]
+        assert notes == ("silent since <!date^1800000000^{time}|08:00 UTC> · updated <!date^1800000060^{time}|08:01 UTC>"
+                         " · muted until <!date^1800003600^{time}|09:00 UTC> by <@U1>")
+        # A date token in a log line is text, escaped like any other: only the bot's own are live.
+        assert "&lt;!date^1800000000^{time}|forged&gt; &amp; more" in message["text"].splitlines()[0]
+        assert message["text"].count("<!date") == 1
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_a_fallback_time_can_name_the_bots_zone():
+    from datetime import timedelta, timezone
+
+    ist = timezone(timedelta(hours=5, minutes=30), "IST")
+    assert render_alerts.clock(1_800_000_000.0, ist) == "13:30 IST"
+    assert render_alerts.slack_time(1_800_000_000.9, ist) == "<!date^1800000000^{time}|13:30 IST>"

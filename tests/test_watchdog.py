@@ -525,3 +525,51 @@ async def test_the_mute_button_answers_privately_when_muting_fails(lab, monkeypa
     [(url, payload)] = sent
     assert payload["response_type"] == "ephemeral" and payload["replace_original"] is False
     assert "could not mute beta" in payload["text"] and "database is locked" in payload["text"]
+
+
+async def test_times_in_answers_are_slack_dates_in_each_readers_zone(lab, monkeypatch):
+    import json
+
+    import handlers.watch as watch_handlers
+    from bot.render_alerts import clock
+    from handlers.commands import dispatch
+
+    wd = lab()
+    services = _services(wd)
+
+    def token(ts):
+        return f"<!date^{int(ts)}^{{time}}|{clock(ts)}>"
+
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alpha 2h")
+    until = wd.muted_until("alpha")
+    assert f"alpha muted until {token(until)} — still probed" in reply.text
+    assert token(until) in reply.blocks[0]["text"]["text"]
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "status alpha")
+    blocks = json.dumps(reply.blocks, ensure_ascii=False)
+    assert f"*muted*  alerts muted until {token(until)}" in blocks and "&lt;!date" not in blocks
+    assert f"muted: alerts muted until {clock(until)}" in reply.text and clock(until).endswith(" UTC")
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "watch alpha")
+    reply, _, _ = await dispatch(services, "U2", "C0TEAM", "watch alpha")
+    started = wd.store.watches()[0].started_at
+    assert f"already being watched (since {token(started)})" in reply.text
+
+    sent = []
+
+    async def send_response(url, payload):
+        sent.append(payload)
+        return True
+
+    async def ack():
+        pass
+
+    monkeypatch.setattr(watch_handlers, "send_response", send_response)
+    body = {"user": {"id": "U1"}, "channel": {"id": "C0ALERTS"}, "response_url": "https://hooks.example/r1"}
+    await watch_handlers.on_mute_button(ack, body, {"value": "beta"}, {"services": services})
+    assert sent[0]["text"] == f":no_bell: beta muted until {token(wd.muted_until('beta'))} (by you)"
+
+
+def test_the_printing_chat_shows_a_slack_dates_fallback():
+    from bot.chat import terminal
+
+    assert terminal("muted until <!date^1800003600^{time}|09:00 UTC> by <@U1> &amp; co\nmore") == \
+        "muted until 09:00 UTC by <@U1> & co"
