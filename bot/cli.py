@@ -103,7 +103,7 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     if args.command == "preview":
         print(_preview(verdict, run, args.view))
     elif args.command == "status":
-        print(render_text.status(verdict, where=_where(run)))
+        print(render_text.status(verdict, where=run.where))
     elif args.command == "gpus":
         print(render_text.gpus(verdict))
     else:
@@ -135,16 +135,11 @@ async def _check_all(registry: Registry, save: Path | None) -> list[tuple[str, V
 
 def _preview(verdict: Verdict, run: Run, view: str) -> str:
     message = {
-        "status": lambda: render_slack.status_message(verdict, run.name, _where(run)),
-        "gpus": lambda: render_slack.gpus_message(verdict, run.name, _where(run)),
+        "status": lambda: render_slack.status_message(verdict, run.name, run.where),
+        "gpus": lambda: render_slack.gpus_message(verdict, run.name, run.where),
         "tail": lambda: render_slack.tail_message(verdict, TAIL_DEFAULT, run.name),
     }[view]()
     return f"{json.dumps(message, indent=2, ensure_ascii=False)}\n\n{render_slack.builder_url(message)}"
-
-
-def _where(run: Run) -> str:
-    place = "local" if run.is_local else run.host + (f" CT {run.container}" if run.container is not None else "")
-    return f"{place} · {run.log}"
 
 
 def _describe_config(registry: Registry) -> str:
@@ -155,7 +150,7 @@ def _describe_config(registry: Registry) -> str:
         roles = ", ".join(f"{r}={list(i)}" for r, i in run.roles.items())
         silence = ("auto (learned from elapsed= in step lines, else 10m)" if run.silence_after is None
                    else format_duration(run.silence_after))
-        lines.append(f"  run {run.name}: {_where(run)} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
+        lines.append(f"  run {run.name}: {run.where} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
     lines.append(f"  watchdog: every {format_duration(registry.bot.check_every)} · alerts to {registry.bot.alert_channel or '(none set)'}")
     lines.append(f"  state: {registry.bot.state_db}")
     return "\n".join(lines)

@@ -92,6 +92,12 @@ class Run:
         return self.host == LOCAL
 
     @property
+    def where(self) -> str:
+        """Where the run lives, as answers show it: "local · /x.log", "pve1 CT 200 · /workspace/train.log"."""
+        place = LOCAL if self.is_local else self.host + (f" CT {self.container}" if self.container is not None else "")
+        return f"{place} · {self.log}"
+
+    @property
     def roles(self) -> dict[str, tuple[int, ...]]:
         return dict(self.gpus)
 

@@ -15,16 +15,15 @@ from handlers.commands import (
     log,
     log_event,
     send_response,
-    where,
 )
 
 if TYPE_CHECKING:
     from bot.app import Services
 
 VIEWS = {
-    ACTION_REFRESH: ("status", lambda v, run: render_slack.status_message(v, run.name, where(run))),
+    ACTION_REFRESH: ("status", lambda v, run: render_slack.status_message(v, run.name, run.where)),
     ACTION_TAIL: ("tail", lambda v, run: render_slack.tail_message(v, TAIL_DEFAULT, run.name)),
-    ACTION_GPUS: ("gpus", lambda v, run: render_slack.gpus_message(v, run.name, where(run))),
+    ACTION_GPUS: ("gpus", lambda v, run: render_slack.gpus_message(v, run.name, run.where)),
 }
 
 

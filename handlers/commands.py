@@ -129,11 +129,6 @@ def listed() -> list[Subcommand]:
     return sorted(SUBCOMMANDS.values(), key=lambda s: s.name == "help")
 
 
-def where(run: Run) -> str:
-    place = "local" if run.is_local else run.host + (f" CT {run.container}" if run.container is not None else "")
-    return f"{place} · {run.log}"
-
-
 def _probe_outcome(verdict: Verdict) -> str:
     return "unreachable" if verdict.phase is Phase.UNREACHABLE else "ok"
 
@@ -150,7 +145,7 @@ async def status(req: CommandRequest) -> Reply:
     if until is not None:
         # A muted run is still probed; say so, or a quiet alert channel reads as "all well".
         verdict = replace(verdict, facts=(("muted", f"alerts muted until {clock(until)}"), *verdict.facts))
-    message = render_slack.status_message(verdict, run.name, where(run))
+    message = render_slack.status_message(verdict, run.name, run.where)
     if until is not None:
         _local_time(message, "*muted*  alerts muted until ", until)
     return req.reply(message, outcome=_probe_outcome(verdict))
@@ -172,7 +167,7 @@ def _local_time(message: dict, lead: str, ts: float) -> None:
 async def gpus(req: CommandRequest) -> Reply:
     run = req.run(req.args[0])
     verdict = await req.services.check(run)
-    return req.reply(render_slack.gpus_message(verdict, run.name, where(run)), outcome=_probe_outcome(verdict))
+    return req.reply(render_slack.gpus_message(verdict, run.name, run.where), outcome=_probe_outcome(verdict))
 
 
 @subcommand("tail", "tail RUN [N]", f"the last N log lines (default {TAIL_DEFAULT}, at most {TAIL_MAX}), cleaned")
