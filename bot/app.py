@@ -19,8 +19,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
-from bot.checkup import check
-from bot.diagnose import unreachable
+from bot.checkup import check_within
 from bot.targets import Targets
 from bot.verdict import Verdict
 from config.registry import ConfigError, Registry, Run
@@ -29,7 +28,6 @@ from config.settings import Settings
 log = logging.getLogger("runbot.app")
 
 # A probe that overruns its own timeout by this much is abandoned (the runner should have stopped it).
-PROBE_GRACE_S = 5.0
 # Probes running at once; more wait their turn. A local probe costs ~85 ms of CPU in bash and its
 # children and ~20-40 ms of parsing in this process: on 2 cores, 50 at once pushed the ack p99 to
 # 1.2 s, 16 to 280 ms, 8 to 70 ms (bench/slack_ack.py --runs 50). Acks come first: Slack drops a
@@ -70,17 +68,9 @@ class Services:
     async def _probe(self, run: Run, previous: Verdict | None) -> Verdict:
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.probes)
-        timeout = self.registry.bot.probe_timeout
-        try:
-            async with self._gate:
-                return await asyncio.wait_for(
-                    check(run, self.targets.runner_for(run), timeout=timeout, previous=previous), timeout + PROBE_GRACE_S
-                )
-        except asyncio.TimeoutError:
-            return unreachable(run, f"the probe gave no answer within {timeout:g} s", "timeout")
-        except Exception as exc:
-            log.exception("probe of %s failed", run.name)
-            return unreachable(run, f"the probe failed: {type(exc).__name__}: {exc}"[:300], "probe")
+        async with self._gate:
+            return await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
+                                      previous=previous)
 
     @contextlib.contextmanager
     def tracking(self) -> Iterator[None]:

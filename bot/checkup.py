@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 import secrets
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from bot.diagnose import RunPolicy, diagnose, unreachable
 from bot.evidence import read_evidence
@@ -16,6 +18,9 @@ from bot.runners import RunResult, Runner
 from bot.verdict import Verdict
 
 DEFAULT_TIMEOUT_S = 30.0
+RUNS_AT_ONCE = 32  # probes at once for `runs` (CLI and Slack): bounded, so 200 runs do not fork 200 bashes
+PROBE_GRACE_S = 5.0  # past the probe's own timeout, before its caller gives up on it
+log = logging.getLogger(__name__)
 
 
 class CheckableRun(RunPolicy, ProbeTarget, Protocol):
@@ -50,7 +55,28 @@ async def check(
     result = await runner.run(script, timeout=timeout)
     if save_probe is not None:
         save_capture(save_probe, run.name, nonce, result)
-    return verdict_from_output(run, result, nonce, previous)
+    # Parsing a window takes a few ms of CPU; the bot and its watchdog run hundreds of these on
+    # the event loop that must also ack Slack within 3 s, so it happens in a worker thread.
+    return await asyncio.to_thread(verdict_from_output, run, result, nonce, previous)
+
+
+async def check_within(
+    run: CheckableRun,
+    runner_for: Callable[[CheckableRun], Runner],
+    *,
+    timeout: float,
+    previous: Verdict | None = None,
+) -> Verdict:
+    """check(), but it always answers: a hard deadline a little past the probe's own timeout, and
+    any failure (setting up the runner included) as an unreachable verdict, never an exception."""
+    try:
+        return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous),
+                                      timeout + PROBE_GRACE_S)
+    except asyncio.TimeoutError:
+        return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")
+    except Exception as exc:  # noqa: BLE001 - said in the verdict, logged for us
+        log.exception("probe of %s failed", run.name)
+        return unreachable(run, f"the probe failed: {type(exc).__name__}: {exc}"[:300], "probe")
 
 
 def save_capture(folder: Path, run_name: str, nonce: str, result: RunResult) -> Path:

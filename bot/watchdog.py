@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import secrets
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -16,9 +15,7 @@ from typing import Any
 from bot import alerts, render_alerts
 from bot.alerts import Policy, Post, RunState, Seen, Update
 from bot.chat import Chat, ChatError, SlackChat
-from bot.checkup import verdict_from_output
-from bot.diagnose import unreachable
-from bot.probe import build_script
+from bot.checkup import check_within
 from bot.store import Outgoing, Pending, Store, Watch
 from bot.verdict import Verdict
 from config.registry import LOCAL, Registry, Run
@@ -26,7 +23,6 @@ from config.registry import LOCAL, Registry, Run
 log = logging.getLogger("runbot.watchdog")
 
 LOCAL_PROBES = 16  # concurrent probes on this machine (SSH hosts use their own max_channels)
-PROBE_GRACE_S = 5.0  # over the probe's own timeout, before the watchdog gives up on it
 CHAT_CONCURRENCY = 4  # Slack calls at once: a burst of alerts should meet rate limits gently
 WATCH_EVERY_S = 3.0
 WATCH_LIMIT_S = 1800.0
@@ -137,21 +133,9 @@ class Watchdog:
 
     async def probe(self, run: Run) -> Verdict:
         """One probe with a hard deadline; whatever goes wrong comes back as an unreachable verdict."""
-        timeout = self.registry.bot.probe_timeout
         async with self._gates.get(run.host, self._gates[LOCAL]):
-            try:
-                return await asyncio.wait_for(self._check(run, timeout), timeout + PROBE_GRACE_S)
-            except TimeoutError:
-                return unreachable(run, f"the probe of {run.name} did not come back within {timeout + PROBE_GRACE_S:g} s", "timeout")
-            except Exception as exc:  # noqa: BLE001 - said in the verdict, not raised into the sweep
-                return unreachable(run, f"probing {run.name} failed: {type(exc).__name__}: {exc}", "probe")
-
-    async def _check(self, run: Run, timeout: float) -> Verdict:
-        """bot.checkup.check, with the parse in a worker thread: reading a 64 KiB window costs tens of ms of
-        CPU, and hundreds of them in a row on the event loop would hold up Slack's 3-second acks."""
-        nonce = secrets.token_hex(8)
-        result = await self.targets.runner_for(run).run(build_script(run, nonce), timeout=timeout)
-        return await asyncio.to_thread(verdict_from_output, run, result, nonce, self.verdicts.get(run.name))
+            return await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
+                                      previous=self.verdicts.get(run.name))
 
     def judge(self, run: Run, verdict: Verdict) -> list[int]:
         """Decide, render and commit in one go (no await in between: a mute can't slip in)."""
