@@ -11,15 +11,13 @@ from pathlib import Path
 from typing import Sequence
 
 from bot import render_slack, render_text
-from bot.checkup import check
+from bot.checkup import RUNS_AT_ONCE, check
 from bot.targets import Targets
-from bot.verdict import Phase, Verdict
+from bot.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
 from config.settings import Settings, config_path, load_settings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
-TAIL_DEFAULT, TAIL_MAX = 20, 200
-RUNS_CONCURRENCY = 32
 
 
 class UsageError(Exception):
@@ -121,7 +119,7 @@ async def _check_one(registry: Registry, run: Run, save: Path | None) -> Verdict
 
 async def _check_all(registry: Registry, save: Path | None) -> list[tuple[str, Verdict]]:
     targets = Targets(registry)
-    gate = asyncio.Semaphore(RUNS_CONCURRENCY)
+    gate = asyncio.Semaphore(RUNS_AT_ONCE)
 
     async def one(run: Run) -> tuple[str, Verdict]:
         async with gate:

@@ -10,14 +10,13 @@ from bot import humanize as hz
 from bot.evidence import Evidence
 from bot.facts import Bar, Crash, Process, Step
 from bot.gpus import GpuReport, classify, format_indices
-from bot.verdict import GRACE_PHASES, Level, Phase, Verdict
+from bot.verdict import GRACE_PHASES, TAIL_MAX, Level, Phase, Verdict
 
 # A log that grew this recently is being written even when no writer was seen (a logger that
 # reopens the file, a probe without permission to read /proc/*/fd).
 RECENT_WRITE_S = 30.0
 # silence_after = "auto": several times the median gap between step lines, within bounds.
 AUTO_FACTOR, AUTO_FLOOR_S, AUTO_CAP_S, AUTO_DEFAULT_S = 8.0, 120.0, 1800.0, 600.0
-TAIL_LINES = 200
 
 _END = re.compile(
     r"training (is )?(done|complete|completed|finished)|finished training|done training|train_runtime"
@@ -189,7 +188,7 @@ def diagnose(
     writer = _main_writer(ev.writers)
     silent = ev.silent_for
     step = ev.steps[-1] if ev.steps else None
-    tail = ev.lines[-TAIL_LINES:]
+    tail = ev.lines[-TAIL_MAX:]
     facts: list[tuple[str, str]] = []
     concerns: list[str] = []
 

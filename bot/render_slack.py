@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 
 from bot.gpus import format_gb
 from bot.redact import printable, redact_secrets, slack_escape
-from bot.verdict import Level, Verdict
+from bot.verdict import TAIL_DEFAULT, Level, Verdict
 
 LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
                Level.WARN: ":large_yellow_circle:", Level.CRIT: ":red_circle:"}
@@ -30,7 +30,6 @@ CODE_WIDTH = 45  # a phone shows about this many monospace columns before wrappi
 ROWS_PER_LINE = 3  # a long log line keeps this many wrapped rows, then "…"
 MAX_FACTS = 6
 FACT_CHARS = 200
-TAIL_DEFAULT = 20
 
 ACTION_REFRESH, ACTION_TAIL, ACTION_GPUS = "runbot.refresh", "runbot.tail", "runbot.gpus"
 ACTION_MUTE = "runbot.mute"  # reserved for the watchdog's alerts (value = run name)

@@ -40,6 +40,9 @@ class Phase(str, enum.Enum):
     FINISHED = "finished"
 
 
+# Tail lengths users may ask for (CLI `tail -n`, Slack `/run tail RUN N`); a verdict keeps TAIL_MAX lines.
+TAIL_DEFAULT, TAIL_MAX = 20, 200
+
 # Phases that may be silent for `loading_grace` rather than `silence_after`.
 GRACE_PHASES = frozenset({Phase.STARTING, Phase.LOADING, Phase.COMPILING, Phase.SAVING, Phase.EVALUATING, Phase.BUSY})
 

@@ -9,9 +9,9 @@ from slack_sdk.errors import SlackApiError
 
 from bot import render_slack
 from bot.render_slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_TAIL
+from bot.verdict import TAIL_DEFAULT
 from handlers.commands import (
     NOT_ALLOWED,
-    TAIL_DEFAULT,
     log,
     log_event,
     send_response,

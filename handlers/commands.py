@@ -18,7 +18,8 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot import render_slack
 from bot.render_alerts import clock, slack_time
-from bot.verdict import Phase, Verdict
+from bot.checkup import RUNS_AT_ONCE
+from bot.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.registry import Registry, Run, UnknownRun
 
 if TYPE_CHECKING:
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runbot.commands")
 
-TAIL_DEFAULT, TAIL_MAX = 20, 200
-RUNS_CONCURRENCY = 32
 NOT_ALLOWED = "not allowed: ask an admin to add you (and this channel) to runbot's [access] list"
 
 
@@ -187,7 +186,7 @@ async def runs(req: CommandRequest) -> Reply:
     allowed = req.allowed_runs()
     if req.registry.runs and not allowed:
         raise NotAllowed("runs")
-    gate = asyncio.Semaphore(RUNS_CONCURRENCY)
+    gate = asyncio.Semaphore(RUNS_AT_ONCE)
 
     async def one(run: Run) -> tuple[str, Verdict]:
         async with gate:
