@@ -27,10 +27,6 @@ class RunResult:
     failure_kind: str | None = None
     elapsed_s: float = 0.0
 
-    @property
-    def reached(self) -> bool:
-        return self.failure is None
-
 
 class Runner(Protocol):
     """Runs a bash script on one target (this machine, a host, a container)."""

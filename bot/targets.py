@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from bot.runners import LocalRunner, Runner
@@ -22,21 +23,13 @@ class Targets:
         if self._pool is None:
             from bot.ssh import SshPool, SshTarget  # noqa: PLC0415 - asyncssh only when a host needs it
 
-            self._pool = SshPool({name: SshTarget(**_target_fields(h)) for name, h in self._registry.hosts.items()})
+            # A config Host has every field an SshTarget needs, under the same names.
+            fields = [f.name for f in dataclasses.fields(SshTarget)]
+            self._pool = SshPool({name: SshTarget(**{f: getattr(h, f) for f in fields})
+                                  for name, h in self._registry.hosts.items()})
         return self._pool.runner(run.host, run.container)
-
-    def stats(self) -> dict:
-        return self._pool.stats() if self._pool is not None else {}
 
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
-
-
-def _target_fields(host) -> dict:
-    return {
-        "name": host.name, "address": host.address, "port": host.port, "user": host.user, "key": host.key,
-        "known_hosts": host.known_hosts, "jump": host.jump, "connect_timeout": host.connect_timeout,
-        "command_timeout": host.command_timeout, "keepalive": host.keepalive, "max_channels": host.max_channels,
-    }
 
