@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import secrets
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from bot.evidence import read_evidence
 from bot.probe import ProbeTarget, build_script, split_sections
 from bot.runners import RunResult, Runner
 from bot.verdict import Verdict
+from config.validate import compile_step_pattern
 
 DEFAULT_TIMEOUT_S = 30.0
 RUNS_AT_ONCE = 32  # probes at once for `runs` (CLI and Slack): bounded, so 200 runs do not fork 200 bashes
@@ -36,7 +36,7 @@ def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previo
         err = result.stderr.decode("utf-8", "replace").strip().splitlines()
         why = err[-1] if err else f"exit status {result.exit_status}"
         return unreachable(run, f"the probe did not run: {why[:200]}", "probe")
-    custom = re.compile(run.step_pattern) if run.step_pattern else None
+    custom = compile_step_pattern(run.step_pattern) if run.step_pattern else None
     evidence = read_evidence(sections, run.log, custom)
     return diagnose(evidence, run, previous=previous)
 

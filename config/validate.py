@@ -8,7 +8,9 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
+
+import re2
 
 # Pure: values are only checked here, never built into a shell command, so that whatever
 # uses them later can quote them.
@@ -184,12 +186,40 @@ class Validator:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")  # "possible nested set" and the like
-                compiled = re.compile(pattern)
+                re.compile(pattern)  # Python's messages say better what is wrong with a pattern
         except (re.error, Warning, OverflowError, RecursionError) as exc:
             self.fail(key, f"{show(pattern)} is not a regular expression: {getattr(exc, 'msg', exc)}")
+        try:
+            compiled = compile_step_pattern(pattern)
+        except re2.error as exc:
+            self.fail(key, f"{show(pattern)}: RE2, the linear-time engine runbot matches it with, refuses it: {_re2_message(exc)}")
         if compiled.search("") is not None:
             self.fail(key, f"{show(pattern)} matches every line (even an empty one)")
         return pattern
+
+
+class LinearPattern(Protocol):
+    """What the parser uses of a compiled step pattern (an RE2 regexp)."""
+
+    def search(self, text: str) -> object | None: ...
+
+
+# RE2 matches in time linear in the line's length whatever the pattern (no backtracking), so a
+# pattern such as (a+)+$ cannot freeze the bot on one long line; its memory is bounded too, and a
+# pattern that needs more is refused at load time rather than failing on a log line later.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # refusals are said once, in the config's own words
+_RE2_OPTIONS.max_mem = 8 << 20
+
+
+def compile_step_pattern(pattern: str) -> LinearPattern:
+    """A run's step_pattern for the Python side of the probe: RE2, never the backtracking `re`."""
+    return re2.compile(pattern, options=_RE2_OPTIONS)
+
+
+def _re2_message(exc: Exception) -> str:
+    said = exc.args[0] if exc.args else exc
+    return (said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)) or "refused by RE2"
 
 
 _INTERVAL_RE = re.compile(r"\{(?:[0-9]{1,3}(?:,[0-9]{0,3})?|,[0-9]{1,3})\}")  # {2} {1,3} {2,} {,3}

@@ -182,6 +182,8 @@ FAULTS = [
     (run_toml(step_pattern='"^"'), "runs.x.step_pattern", "matches every line"),
     (run_toml(step_pattern='""'), "runs.x.step_pattern", "is empty"),
     (run_toml(step_pattern='"a\\nb"'), "runs.x.step_pattern", "control character"),
+    # what the linear-time engine cannot promise is refused when the config loads, not on a log line
+    (run_toml(step_pattern='"(x{200}){200}"'), "runs.x.step_pattern", "RE2, the linear-time engine"),
     (
         run_toml(step_pattern=json.dumps("s" * 501)),
         "runs.x.step_pattern",
