@@ -34,15 +34,29 @@ class Runner(Protocol):
     async def run(self, script: str, *, timeout: float) -> RunResult: ...
 
 
-class LocalRunner:
-    """Runs scripts with bash on this machine (`host = "local"`).
+# What a local probe inherits from the bot: enough to find its tools and speak a locale. Never
+# the rest: the bot's environment holds SLACK_BOT_TOKEN and the signing secret, and a log path
+# of /proc/self/environ would post them.
+PROBE_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-    `env` adds to (or overrides) this process's environment; the demo and the tests use it
-    to put a stand-in `nvidia-smi` first on the probe's PATH.
+
+def probe_environment(env: Mapping[str, str] | None = None, base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The minimal environment of a local probe: PROBE_ENV_KEYS from `base`, then `env` on top."""
+    out = {k: base[k] for k in PROBE_ENV_KEYS if k in base}
+    out.setdefault("PATH", DEFAULT_PATH)
+    return {**out, **(env or {})}
+
+
+class LocalRunner:
+    """Runs scripts with bash on this machine (`host = "local"`), in a minimal environment.
+
+    `env` adds to (or overrides) that environment; the demo and the tests use it to put a
+    stand-in `nvidia-smi` first on the probe's PATH.
     """
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self._env = {**os.environ, **env} if env else None
+        self._env = probe_environment(env)
 
     async def run(self, script: str, *, timeout: float) -> RunResult:
         started = time.monotonic()

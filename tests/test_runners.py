@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.runners import LocalRunner
+from bot.runners import LocalRunner, probe_environment
 
 
 def alive(pid: int) -> bool:
@@ -63,3 +63,21 @@ async def test_a_timed_out_probe_kills_its_processes(tmp_path):
     result = await LocalRunner().run(SCRIPT.format(pids=pids_file), timeout=1.0)
     assert result.failure_kind == "timeout"
     assert await _gone([int(p) for p in pids_file.read_text().split()])
+
+
+async def test_a_local_probe_never_sees_the_bots_secrets(monkeypatch, tmp_path):
+    # A log path of /proc/self/environ printed the signing secret before probes got their own environment.
+    monkeypatch.setenv("SLACK_SIGNING_SECRET", "s3cr3t-signing-value")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-0000-secret-token")
+    monkeypatch.setenv("SOME_OTHER_SETTING", "also-not-for-probes")
+    result = await LocalRunner({"EXTRA": "given"}).run("cat /proc/self/environ | tr '\\0' '\\n'", timeout=10)
+    seen = dict(line.split("=", 1) for line in result.stdout.decode().splitlines() if "=" in line)
+    assert not {"SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN", "SOME_OTHER_SETTING"} & seen.keys()
+    assert seen["EXTRA"] == "given" and seen["PATH"]  # what the caller gives and what tools need stay
+
+
+def test_the_probe_environment_keeps_only_what_tools_need():
+    base = {"PATH": "/bin", "HOME": "/root", "SLACK_APP_TOKEN": "xapp-1", "AWS_SECRET_ACCESS_KEY": "x", "LANG": "C.UTF-8"}
+    assert probe_environment(None, base) == {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+    assert probe_environment({"PATH": "/stand-in:/bin"}, base)["PATH"] == "/stand-in:/bin"
+    assert probe_environment(None, {})["PATH"]  # never an empty PATH: bash must find coreutils
