@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -139,22 +139,27 @@ class Registry:
         """The run's SSH host, or None when it runs on this machine."""
         return None if run.is_local else self.hosts[run.host]
 
-    def resolve(self, name_or_prefix: str) -> Run:
-        """The run called this, else the one run whose name starts with it (case-insensitive)."""
+    def resolve(self, name_or_prefix: str, among: Iterable[str] | None = None) -> Run:
+        """The run called this, else the one run whose name starts with it (case-insensitive).
+
+        `among` limits the search to those run names (the runs a Slack user may see): a run outside
+        it is unknown, and no error names it, so a name cannot be probed for.
+        """
+        names = list(self.runs) if among is None else [n for n in among if n in self.runs]
         query = name_or_prefix.strip()
-        if query in self.runs:
+        if query in names:
             return self.runs[query]
         if query:
             folded = query.casefold()
-            for name, run in self.runs.items():
+            for name in names:
                 if name.casefold() == folded:
-                    return run
-            matches = [name for name in self.runs if name.casefold().startswith(folded)]
+                    return self.runs[name]
+            matches = [name for name in names if name.casefold().startswith(folded)]
             if len(matches) == 1:
                 return self.runs[matches[0]]
             if matches:
-                raise UnknownRun(query, self.names(), matches)
-        raise UnknownRun(query, self.names())
+                raise UnknownRun(query, names, matches)
+        raise UnknownRun(query, names)
 
 
 # --- reading the file ---------------------------------------------------------------------

@@ -75,15 +75,13 @@ class CommandRequest:
         return [r for r in self.registry.runs.values() if self.allowed(r)]
 
     def run(self, query: str) -> Run:
-        """The run a name or prefix means, if this user may use it (else UnknownRun / NotAllowed)."""
-        try:
-            run = self.registry.resolve(query)
-        except UnknownRun as exc:
-            # Name only the runs this user could ask about.
-            raise UnknownRun(exc.query, [r.name for r in self.allowed_runs()], exc.ambiguous) from None
+        """The run a name or prefix means among the runs this user may see (else UnknownRun).
+
+        A run the user may not see is unknown, exactly: no "not allowed", no listing, no
+        "matches several" that names it, so nobody outside [access] learns which runs exist.
+        """
+        run = self.registry.resolve(query, among=[r.name for r in self.allowed_runs()])
         self.run_name = run.name
-        if not self.allowed(run):
-            raise NotAllowed(run.name)
         return run
 
     def reply(self, message: dict, *, outcome: str = "ok") -> Reply:
@@ -230,7 +228,7 @@ async def _answer(req: CommandRequest) -> Reply:
     sub = SUBCOMMANDS.get(req.command)
     if sub is None:
         note = f"unknown command “{req.command}”"
-        if _is_run(req.registry, req.command):
+        if _is_run(req, req.command):
             note += f" — did you mean /run status {req.command}?"
         return Reply.of(render_slack.help_message(listed(), note=note), outcome="unknown_command")
     low, high = sub.arity
@@ -250,11 +248,14 @@ async def _answer(req: CommandRequest) -> Reply:
                         outcome="error")
 
 
-def _is_run(registry: Registry, word: str) -> bool:
+def _is_run(req: CommandRequest, word: str) -> bool:
+    """Whether `word` names a run this user may see (a hidden run is never suggested)."""
     try:
-        registry.resolve(word)
+        req.run(word)
     except UnknownRun:
         return False
+    finally:
+        req.run_name = None
     return True
 
 

@@ -251,12 +251,28 @@ async def test_a_runs_own_lists_replace_the_global_ones(make_bot):
     access = '[access]\nusers = ["U0ALICE"]'
     async with make_bot(access=access, dflash_extra='users = ["U0BOB"]') as bot:
         assert lines(await bot.ask("status dflash", user="U0BOB"))[0].startswith("step 2")
-        assert lines(await bot.ask("status llama", user="U0BOB"))[0].startswith("not allowed")
-        assert lines(await bot.ask("status dflash"))[0].startswith("not allowed")  # Alice: not on dflash's list
+        # A run the user may not see is answered exactly as one that does not exist (issue 9.5).
+        assert lines(await bot.ask("status llama", user="U0BOB"))[0] == 'unknown run "llama" (known: dflash)'
+        assert lines(await bot.ask("status dflash"))[0] == 'unknown run "dflash" (known: llama-7b)'  # Alice
         runs = await bot.ask("runs", user="U0BOB")
         assert [line.split(":")[0] for line in lines(runs)] == ["dflash"]
         unknown = await bot.ask("status nope", user="U0BOB")
         assert lines(unknown)[0] == 'unknown run "nope" (known: dflash)'
+
+
+async def test_hidden_runs_leak_through_no_answer(make_bot):
+    # Bob may see dflash only. Every answer he can provoke must read as if llama-7b did not exist:
+    # each command about it is answered exactly as the same command about a name nobody has.
+    asks = [("status {}", "llama-7b", "qwen-7b"), ("status {}", "l", "q"), ("gpus {}", "lla", "qwe"),
+            ("tail {} 5", "llama-7b", "qwen-7b"), ("{}", "llama-7b", "qwen-7b"), ("status {}", "LLAMA", "QWEN")]
+    async with make_bot(access='[access]\nusers = ["U0ALICE"]', dflash_extra='users = ["U0BOB"]') as bot:
+        for template, hidden, absent in asks:
+            seen = json.dumps(await bot.ask(template.format(hidden), user="U0BOB"))
+            other = json.dumps(await bot.ask(template.format(absent), user="U0BOB"))
+            assert seen == other.replace(absent, hidden), template.format(hidden)
+        assert bot.probes == 0
+        # Over all runs "status " + "d" or "l" would differ; over Bob's runs "d" is dflash itself.
+        assert lines(await bot.ask("status d", user="U0BOB"))[0].startswith("step 2")
 
 
 # -- requests that are not from Slack ------------------------------------------------------------
