@@ -13,11 +13,14 @@ import sys
 from typing import Any, Mapping
 
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 
 from bot.app import Services, build_app, make_services
+from bot.slack_requests import MAX_BODY, body_fault, timestamp_fault
 from bot.store import Store, StoreError
 from config.registry import ConfigError, Registry
 from config.settings import Settings
@@ -25,6 +28,8 @@ from config.settings import Settings
 log = logging.getLogger("runbot.serve")
 
 EVENTS_PATH = "/slack/events"
+HEADER_TIMEOUT_S = 10.0  # Slack sends a whole request at once; a connection that dawdles is not Slack
+BODY_TIMEOUT_S = 10.0
 DRAIN_S = 10.0  # on SIGTERM, answers already being worked on get this long to go out
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
@@ -134,26 +139,60 @@ async def _preflight(services: Services, settings: Settings) -> str | None:
     return None
 
 
-def http_app(app: AsyncApp) -> web.Application:
-    """POST /slack/events (Bolt checks the signature and the 5-minute window) and GET /healthz."""
+def http_runner(app: AsyncApp, settings: Settings, *, header_timeout: float = HEADER_TIMEOUT_S,
+                body_timeout: float = BODY_TIMEOUT_S) -> web.AppRunner:
+    """The HTTP mode server, ready for `setup()`: runbot's routes with its timeouts.
+
+    A connection must send a whole request line and headers within `header_timeout` (aiohttp's
+    keep-alive timer also runs before the first request) and its body within `body_timeout`, so
+    slow or idle connections cannot pile up (slowloris)."""
+    secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
+    # lingering_time: after an early answer (the 408), aiohttp would otherwise read what is left of
+    # the body for 10 s before closing.
+    return web.AppRunner(http_app(app, secret, body_timeout=body_timeout), access_log=None,
+                         keepalive_timeout=header_timeout, lingering_time=min(body_timeout, 2.0))
+
+
+def http_app(app: AsyncApp, signing_secret: str, *, body_timeout: float = BODY_TIMEOUT_S) -> web.Application:
+    """POST /slack/events (signed requests only, within Slack's 5-minute window) and GET /healthz.
+
+    The signature is checked here, before anything parses the body: an unsigned request is a 401
+    whatever it holds, and a signed one that is not a request runbot serves is a 400, rather
+    than reaching Bolt and failing inside it with a traceback.
+    """
+    verifier = SignatureVerifier(signing_secret)
 
     async def events(request: web.Request) -> web.Response:
-        # The verifier does int() on the timestamp; a garbled one is a bad request, not a crash.
-        if not request.headers.get("X-Slack-Request-Timestamp", "").isdigit():
-            return web.Response(status=401, text="missing or invalid X-Slack-Request-Timestamp")
-        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+        timestamp = request.headers.get("X-Slack-Request-Timestamp")
+        if fault := timestamp_fault(timestamp):
+            return web.Response(status=401, text=fault)
+        try:
+            body = await asyncio.wait_for(request.text(), body_timeout)
+        except asyncio.TimeoutError:
+            slow = web.Response(status=408, text="body too slow")
+            slow.force_close()  # the rest of that body must not be read as a next request
+            return slow
+        except (UnicodeDecodeError, ValueError):
+            return web.Response(status=400, text="body is not text")
+        if not verifier.is_valid(body, timestamp, request.headers.get("X-Slack-Signature", "")):
+            return web.Response(status=401, text="invalid signature or stale timestamp")
+        if fault := body_fault(body, request.content_type):
+            log.info("refused a signed request: %s", fault)
+            return web.Response(status=400, text=fault)
+        bolt = AsyncBoltRequest(body=body, query=request.query_string, headers=request.headers)  # type: ignore[arg-type]
+        return await to_aiohttp_response(await app.async_dispatch(bolt))
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
-    web_app = web.Application()
+    web_app = web.Application(client_max_size=MAX_BODY)
     web_app.router.add_post(EVENTS_PATH, events)
     web_app.router.add_get("/healthz", healthz)
     return web_app
 
 
 async def _http_mode(app: AsyncApp, settings: Settings, host: str):
-    runner = web.AppRunner(http_app(app), access_log=None)
+    runner = http_runner(app, settings)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, settings.port).start()

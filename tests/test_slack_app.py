@@ -18,7 +18,7 @@ from aiohttp import web
 import handlers
 from bot import render_slack as rs
 from bot.app import build_app, make_services
-from bot.serve import JsonLines, http_app
+from bot.serve import JsonLines, http_runner
 from config.registry import load_registry
 from config.settings import Settings
 from handlers import commands
@@ -51,8 +51,9 @@ class Bot:
     """runbot's app on a local port, with two local runs on tmp logs and a stand-in nvidia-smi."""
 
     def __init__(self, tmp: Path, stub: SlackStub, *, access: str = "", dflash_extra: str = "", bot_extra: str = "",
-                 smi_delay: float = 0.0, log: str = HOSTILE_LOG) -> None:
+                 smi_delay: float = 0.0, log: str = HOSTILE_LOG, timeouts: dict | None = None) -> None:
         self.tmp, self.stub = tmp, stub
+        self.timeouts = timeouts or {}
         (tmp / "dflash.log").write_text(log)
         (tmp / "llama.log").write_text("step=10 loss=1.5 it/s=3.2\n")
         bin_dir = tmp / "bin"
@@ -81,7 +82,7 @@ class Bot:
         return int(self.smi_counter.read_text())
 
     async def __aenter__(self) -> Bot:
-        self.runner = web.AppRunner(http_app(self.app), access_log=None)
+        self.runner = http_runner(self.app, self.settings, **self.timeouts)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", 0).start()
         self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
@@ -501,3 +502,64 @@ def test_the_stub_behaves_like_slacks_web_api(stub):
     assert limited.value.response.status_code == 429 and limited.value.response.headers["Retry-After"] == "7"
     assert [status for _, _, status in stub.attempts][-2:] == [500, 429]
     assert len(stub.posts("chat.postMessage")) == 2  # .calls holds only what Slack did
+
+
+# Malformed requests: each answered with a 4xx and no traceback, whatever the body (issue 9.11).
+MALFORMED_BODIES = [
+    "payload=notjson", "payload=%5B%5D", "payload=null", "payload=%7B%7D", "payload=42", "payload=%22x%22",
+    'payload={"type":"block_actions"}', 'payload={"type":"block_actions","actions":[]}',
+    'payload={"type":"block_actions","actions":null}', 'payload={"type":"block_actions","actions":[null]}',
+    'payload={"type":"block_actions","actions":[{}]}', 'payload={"type":"block_actions","actions":"x"}',
+    'payload={"type":"block_actions","user":"x","actions":[{"action_id":"runbot_refresh"}]}',
+    "", "=", "&&&", "command=%2Frun", "command=/run&text=status%20dflash", "%ff%fe=%00",
+    '{"type":"url_verification"}', "[]", "null",
+]
+
+
+@pytest.mark.parametrize("body", MALFORMED_BODIES)
+async def test_malformed_but_signed_bodies_get_a_4xx_and_no_traceback(make_bot, body, caplog):
+    async with make_bot() as bot:
+        status, _, _ = await bot.post(body, sign(body))
+        assert status < 500, body
+        assert bot.probes == 0
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]
+
+
+@pytest.mark.parametrize("timestamp", ["²", "١٢٣", "12 ", " 12", "+12", "-12", "1e9", "0x10", "9" * 40, ""])
+async def test_odd_timestamps_are_401_not_500(make_bot, timestamp, caplog):
+    async with make_bot() as bot:
+        body = "command=/run&text=status"
+        status, _, _ = await bot.post(body, {**sign(body), "X-Slack-Request-Timestamp": timestamp})
+        assert status == 401
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> tuple[bool, bytes]:
+    """Whether the server closed the connection within `seconds`, and what it said first."""
+    try:
+        said = await asyncio.wait_for(reader.read(), seconds)
+        return True, said
+    except asyncio.TimeoutError:
+        return False, b""
+
+
+async def test_slow_or_idle_connections_are_closed(make_bot):
+    # 0 of 2,500 slow connections were closed before the server had timeouts (issue 9.12).
+    async with make_bot(timeouts={"header_timeout": 0.5, "body_timeout": 0.5}) as bot:
+        port = int(bot.url.rsplit(":", 1)[1])
+        idle = await asyncio.open_connection("127.0.0.1", port)  # says nothing at all
+        slow_headers = await asyncio.open_connection("127.0.0.1", port)
+        slow_headers[1].write(b"POST /slack/events HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        body = "command=/run&text=status&response_url=x&user_id=U&channel_id=C"
+        slow_body = await asyncio.open_connection("127.0.0.1", port)
+        head = "".join(f"{k}: {v}\r\n" for k, v in sign(body).items())
+        slow_body[1].write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+                           f"{body[:10]}".encode())  # a tenth of the body, then silence
+        for _, writer in (idle, slow_headers, slow_body):
+            await writer.drain()
+        results = [await _closed_within(reader, 3.0) for reader, _ in (idle, slow_headers, slow_body)]
+        for _, writer in (idle, slow_headers, slow_body):
+            writer.close()
+        assert [closed for closed, _ in results] == [True, True, True]
+        assert results[2][1].startswith(b"HTTP/1.1 408")
+        assert (await bot.post("payload=x", sign("payload=x")))[0] == 400  # the server still serves

@@ -1,0 +1,64 @@
+"""The pure request checks of HTTP mode: timestamps and body shapes, table-driven."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+import pytest
+
+from bot.slack_requests import body_fault, timestamp_fault
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def form(**fields) -> str:
+    return urllib.parse.urlencode(fields)
+
+
+def interaction(payload) -> str:
+    return form(payload=json.dumps(payload))
+
+
+GOOD_COMMAND = form(command="/run", text="status x", response_url="https://hooks.slack.com/x", user_id="U1", channel_id="C1")
+GOOD_CLICK = interaction({"type": "block_actions", "user": {"id": "U1"}, "actions": [{"action_id": "runbot_refresh"}]})
+
+
+@pytest.mark.parametrize("value, fault", [
+    ("1700000000", None), ("0", None), (None, "missing"), ("", "missing"), ("²", "invalid"), ("١٢٣", "invalid"),
+    ("12 ", "invalid"), ("+12", "invalid"), ("-1", "invalid"), ("1e9", "invalid"), ("9" * 13, "invalid"),
+])
+def test_timestamps(value, fault):
+    said = timestamp_fault(value)
+    assert (said is None) if fault is None else (fault in said)
+
+
+@pytest.mark.parametrize("body, content_type, fault", [
+    (GOOD_COMMAND, FORM, None),
+    (GOOD_CLICK, FORM, None),
+    (interaction({"type": "view_submission", "user": {"id": "U1"}}), FORM, None),  # not ours, but well formed: Bolt says 404
+    ('{"type": "url_verification", "challenge": "x"}', "application/json", None),
+    ("payload=notjson", FORM, "not JSON"),
+    (interaction([]), FORM, "not a JSON object"),
+    (interaction(None), FORM, "not a JSON object"),
+    (interaction(42), FORM, "not a JSON object"),
+    (interaction({}), FORM, "no type"),
+    (interaction({"type": 3}), FORM, "no type"),
+    (interaction({"type": "block_actions", "user": "U1", "actions": [{"action_id": "a"}]}), FORM, "user"),
+    (interaction({"type": "block_actions"}), FORM, "without actions"),
+    (interaction({"type": "block_actions", "actions": []}), FORM, "without actions"),
+    (interaction({"type": "block_actions", "actions": "x"}), FORM, "without actions"),
+    (interaction({"type": "block_actions", "actions": [None]}), FORM, "without action_id"),
+    (interaction({"type": "block_actions", "actions": [{"action_id": 1}]}), FORM, "without action_id"),
+    (form(command="/run", text="status"), FORM, "without response_url, user_id, channel_id"),
+    (form(command="", response_url="x", user_id="U", channel_id="C"), FORM, "without command"),
+    ("", FORM, "neither"), ("=", FORM, "neither"), ("&&&", FORM, "malformed"), ("%ff%fe=%00", FORM, "malformed"),
+    ("a=1", FORM, "neither"),
+    ("[]", "application/json", "not a JSON object"), ("null", "application/json", "not a JSON object"),
+    ("{", "application/json", "not JSON"), ("[" * 100_000, "application/json", "not JSON"),
+    (GOOD_COMMAND, "text/plain", "unsupported content type"),
+    ("a=" + "x" * (1 << 20), FORM, "too large"),
+])
+def test_bodies(body, content_type, fault):
+    said = body_fault(body, content_type)
+    assert (said is None) if fault is None else (said is not None and fault in said), said
