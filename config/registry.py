@@ -109,6 +109,7 @@ class BotConfig:
     state_db: str = "runbot.sqlite3"  # resolved against the config file's directory
     remind_every: float = 3600.0  # re-notify an open incident this often
     probe_timeout: float = 30.0  # one probe may take this long
+    max_mute: float = 7 * 86400.0  # /run mute RUN DURATION: the longest a run may be silenced
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,7 @@ _BOT_CHECKS: dict[str, _Check] = {
     "state_db": _Parser.text,
     "remind_every": _Parser.duration,
     "probe_timeout": _Parser.duration,
+    "max_mute": _Parser.duration,
 }
 _ACCESS_CHECKS: dict[str, _Check] = {
     "users": _Parser.user_ids,

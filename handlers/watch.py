@@ -70,6 +70,9 @@ async def mute(req: CommandRequest) -> Reply:
             seconds = parse_duration(req.args[1], "DURATION")
         except ValueError as exc:
             raise Usage(str(exc)) from None
+        longest = req.registry.bot.max_mute
+        if seconds > longest:  # a forgotten year-long mute is an alert channel that lies
+            raise Usage(f"at most {format_duration(longest)} (the [bot] max_mute setting)")
     watchdog = req.services.watchdog
     if watchdog is None:
         return _note(req, NOT_RUNNING, outcome="error")

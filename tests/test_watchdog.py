@@ -366,6 +366,13 @@ async def test_run_mute_unmute_and_watch_commands(lab):
     assert "muted: alerts muted until" in reply.text  # still probed, and says so
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alpha soon")
     assert reply.outcome == "usage" and "bad duration" in reply.text
+    until = wd.muted_until("alpha")
+    for too_long in ("365d", "8d", "7d1s"):  # capped by [bot] max_mute, 7 days by default
+        reply, _, _ = await dispatch(services, "U1", "C0TEAM", f"mute alpha {too_long}")
+        assert reply.outcome == "usage" and "at most 7d" in reply.text, too_long
+    assert wd.muted_until("alpha") == until  # a refused mute changes nothing
+    reply, _, _ = await dispatch(services, "U1", "C0TEAM", "mute alpha 7d")
+    assert reply.outcome == "ok"
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "unmute alpha")
     assert "alpha unmuted" in reply.text and wd.muted_until("alpha") is None
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "watch alpha here")
