@@ -1,11 +1,13 @@
-"""How fast does `runbot serve` acknowledge and answer 50 concurrent signed `/run status` requests?
+"""How fast does `runbot serve` acknowledge and answer 50 concurrent signed `/run status` (or `runs`) requests?
 
 Starts `runbot serve` (HTTP mode) as a subprocess against a local Slack stand-in, with one
 `host = "local"` run (gpu_samples = 5) and a stand-in nvidia-smi; fires N signed slash commands
 at once and times each one to its ack (the HTTP 200) and to its answer (the response_url post).
 Only 127.0.0.1 is ever contacted.
 
-Usage: .venv/bin/python bench/slack_ack.py [--n 50] [--rounds 3] [--samples 5]
+Usage: .venv/bin/python bench/slack_ack.py [--n 50] [--rounds 3] [--samples 5] [--runs 1]
+                                           [--command status|runs] [--spread SECONDS]
+(`--command runs --n 200 --spread 10 --runs 20`: 200 `/run runs` over 10 s, each asking about 20 runs.)
 Prints a table and a last line `RESULT name=value ...`.
 """
 
@@ -46,8 +48,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def one(session: aiohttp.ClientSession, url: str, stub: SlackStub, name: str, run: str) -> tuple[float, float, float]:
-    body = slash_body(f"status {run}", response_url=stub.response_url(name))
+async def one(session: aiohttp.ClientSession, url: str, stub: SlackStub, name: str, run: str,
+              command: str = "status", delay: float = 0.0) -> tuple[float, float, float]:
+    await asyncio.sleep(delay)
+    body = slash_body("runs" if command == "runs" else f"status {run}", response_url=stub.response_url(name))
     t0 = time.monotonic()
     async with session.post(url, data=body, headers=sign(body, SECRET)) as resp:
         await resp.read()
@@ -58,9 +62,11 @@ async def one(session: aiohttp.ClientSession, url: str, stub: SlackStub, name: s
     return t0, ack - t0, answered - t0
 
 
-async def burst(url: str, stub: SlackStub, n: int, tag: str, runs: int = 1) -> tuple[list[float], list[float]]:
+async def burst(url: str, stub: SlackStub, n: int, tag: str, runs: int = 1, command: str = "status",
+                spread: float = 0.0) -> tuple[list[float], list[float]]:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        results = await asyncio.gather(*(one(session, url, stub, f"{tag}-{i}", f"bench{i % runs}") for i in range(n)))
+        results = await asyncio.gather(*(one(session, url, stub, f"{tag}-{i}", f"bench{i % runs}", command,
+                                             spread * i / max(1, n)) for i in range(n)))
     return [r[1] for r in results], [r[2] for r in results]
 
 
@@ -72,6 +78,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1,
                     help="spread the requests over this many runs (1: all ask about the same run, "
                          "and share its probe; N: N probes at once)")
+    ap.add_argument("--command", choices=("status", "runs"), default="status")
+    ap.add_argument("--spread", type=float, default=0.0, help="send the N requests evenly over this many seconds")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="runbot-bench-") as tmp, SlackStub() as stub:
@@ -101,7 +109,7 @@ def main() -> None:
             solo = [asyncio.run(burst(url, stub, 1, f"solo{i}")) for i in range(3)]
             acks, answers = [], []
             for r in range(args.rounds):
-                a, b = asyncio.run(burst(url, stub, args.n, f"r{r}", args.runs))
+                a, b = asyncio.run(burst(url, stub, args.n, f"r{r}", args.runs, args.command, args.spread))
                 acks += a
                 answers += b
         finally:
@@ -112,18 +120,19 @@ def main() -> None:
     solo_answers = [x for _, b in solo for x in b]
     rows = [
         ("one request alone: answer", statistics.median(solo_answers)),
-        (f"{args.n} at once: ack p50", pct(acks, 50)),
-        (f"{args.n} at once: ack p99", pct(acks, 99)),
-        (f"{args.n} at once: ack max", max(acks)),
-        (f"{args.n} at once: answer p50", pct(answers, 50)),
-        (f"{args.n} at once: answer p99", pct(answers, 99)),
+        ("ack p50", pct(acks, 50)),
+        ("ack p99", pct(acks, 99)),
+        ("ack max", max(acks)),
+        ("answer p50", pct(answers, 50)),
+        ("answer p99", pct(answers, 99)),
     ]
-    print(f"runbot serve (HTTP mode), {args.n} concurrent signed /run status over {args.runs} run(s) "
+    when = f"over {args.spread:g} s" if args.spread else "at once"
+    print(f"runbot serve (HTTP mode), {args.n} signed /run {args.command} {when}, {args.runs} run(s) "
           f"× {args.rounds} rounds, gpu_samples={args.samples}, {os.cpu_count()} CPUs, serve exit {code}")
     print(f"{'measure':<32} {'ms':>8}")
     for label, value in rows:
         print(f"{label:<32} {ms(value):>8.0f}")
-    print(f"RESULT n={args.n} runs={args.runs} rounds={args.rounds} cpus={os.cpu_count()} solo_answer_ms={ms(statistics.median(solo_answers)):.0f} "
+    print(f"RESULT command={args.command} spread_s={args.spread:g} n={args.n} runs={args.runs} rounds={args.rounds} cpus={os.cpu_count()} solo_answer_ms={ms(statistics.median(solo_answers)):.0f} "
           f"ack_p50_ms={ms(pct(acks, 50)):.0f} ack_p99_ms={ms(pct(acks, 99)):.0f} "
           f"answer_p50_ms={ms(pct(answers, 50)):.0f} answer_p99_ms={ms(pct(answers, 99)):.0f} "
           f"ack_p99_ok={int(pct(acks, 99) < 0.3)} answer_p50_ok={int(pct(answers, 50) < 1.5)}")

@@ -18,6 +18,7 @@ from aiohttp import web
 import handlers
 from bot import render_slack as rs
 from bot.app import build_app, make_services
+from bot.app import FRESH_S
 from bot.serve import JsonLines, http_runner
 from config.registry import load_registry
 from config.settings import Settings
@@ -355,9 +356,9 @@ async def test_a_rate_limited_response_url_is_retried(make_bot, stub):
 async def test_refresh_on_a_channel_message_updates_it_with_chat_update(make_bot, stub):
     async with make_bot() as bot:
         for action_id, marker in (("runbot.refresh", "*progress*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
+            before = len(stub.posts("chat.update"))  # counted before the click: a cached verdict answers at once
             _, status = await bot.click(action_id)
             assert status == 200
-            before = len(stub.posts("chat.update"))
             update = (await stub.until(lambda b=before: len(stub.posts("chat.update")) > b and stub.posts("chat.update")))[-1]
             assert update["channel"] == "C0TEAM" and update["ts"] == "1796000042.000100"
             assert update["text"].splitlines()[0].startswith("step 2")
@@ -563,3 +564,16 @@ async def test_slow_or_idle_connections_are_closed(make_bot):
         assert [closed for closed, _ in results] == [True, True, True]
         assert results[2][1].startswith(b"HTTP/1.1 408")
         assert (await bot.post("payload=x", sign("payload=x")))[0] == 400  # the server still serves
+
+
+async def test_asks_close_together_share_one_probe(make_bot):
+    # 200 `/run runs` in 10 s took p99 12.8 s when each started probes of its own (issue 9.14).
+    async with make_bot() as bot:
+        await bot.ask("status dflash")
+        first = bot.probes
+        for text in ("status dflash", "runs", "gpus dflash", "tail dflash"):
+            await bot.ask(text)
+        assert bot.probes - first == 1  # llama-7b, which `runs` asked about first; dflash's answer was fresh
+        await asyncio.sleep(FRESH_S + 0.1)
+        await bot.ask("status dflash")
+        assert bot.probes - first == 2  # too old to share: probed again
