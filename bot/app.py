@@ -12,14 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-)
 from slack_sdk.web.async_client import AsyncWebClient
 
 import handlers
 from bot.checkup import check_within
+from bot.slack_http import web_api_retries
 from bot.targets import Targets
 from bot.verdict import Verdict
 from config.registry import ConfigError, Registry, Run
@@ -114,7 +111,8 @@ def _quiet_token_warning(record: logging.LogRecord) -> bool:
 
 
 def make_client(settings: Settings) -> AsyncWebClient:
-    """The Web API client: the bot token, SLACK_API_BASE_URL if set, retries on 429 and dropped connections."""
+    """The Web API client: the bot token, SLACK_API_BASE_URL if set, and runbot's retries (bot/slack_http.py:
+    short 429s waited out, a dropped connection retried only where a repeat cannot post twice)."""
     token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
     extra = {}
     if settings.slack_api_base_url:
@@ -122,7 +120,7 @@ def make_client(settings: Settings) -> AsyncWebClient:
         extra["base_url"] = settings.slack_api_base_url.rstrip("/") + "/"
     return AsyncWebClient(
         token=token,
-        retry_handlers=[AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=3)],
+        retry_handlers=web_api_retries(),
         **extra,
     )
 

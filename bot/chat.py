@@ -9,9 +9,11 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from bot.slack_http import asked_wait
+
 METADATA_TYPE = "runbot_alert"  # message metadata event type: carries the outbox key, so a retry can look first
 _TRANSIENT_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
-RATE_LIMIT_RETRIES, RATE_LIMIT_MAX_WAIT_S = 2, 30.0
+CALL_TIMEOUT_S = 10.0  # one Slack call, retries inside the client included: a sweep must not wait longer
 
 
 class ChatError(Exception):
@@ -19,17 +21,19 @@ class ChatError(Exception):
 
     transient: Slack is down, slow or rate-limiting; stop sending this sweep and try again next.
     in_doubt: the message may have been posted anyway (a timeout, a dropped connection).
+    retry_after: Slack asked for this many seconds of quiet (a 429 longer than the client waits out).
     """
 
-    def __init__(self, message: str, *, transient: bool = True, in_doubt: bool = False) -> None:
+    def __init__(self, message: str, *, transient: bool = True, in_doubt: bool = False,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
-        self.transient, self.in_doubt = transient, in_doubt
+        self.transient, self.in_doubt, self.retry_after = transient, in_doubt, retry_after
 
 
 class Chat(Protocol):
     """What the watchdog needs from Slack. `key` (optional to honour) tags a message so `find` can see it.
 
-    Optional extras a Chat may have: `async find(channel, key, *, thread_ts=None, since=None) -> ts | None`
+    Optional extras a Chat may have: `async find(channel, key, *, thread_ts=None, after_ts=None) -> ts | None`
     and `channel_id(channel) -> str` (the id behind a "#name" it has posted to).
     """
 
@@ -40,10 +44,14 @@ class Chat(Protocol):
 
 
 class SlackChat:
-    """The Chat over an AsyncWebClient. Errors become ChatError; 429s are waited out a couple of times."""
+    """The Chat over an AsyncWebClient. Errors become ChatError; each call ends within `call_timeout`.
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    Retries live in the client's handlers (bot/slack_http.py): short 429s are waited out there,
+    and a post is never repeated after a dropped connection — the watchdog's outbox does that,
+    looking first (`find`) for the copy an interrupted attempt may have left."""
+
+    def __init__(self, client: Any, *, call_timeout: float = CALL_TIMEOUT_S) -> None:
+        self.client, self.call_timeout = client, call_timeout
         self._ids: dict[str, str] = {}  # "#name" -> channel id, learnt from chat.postMessage answers
 
     def channel_id(self, channel: str) -> str:
@@ -61,14 +69,20 @@ class SlackChat:
     async def update(self, channel: str, ts: str, text: str, blocks: list | None) -> None:
         await self._call("chat_update", channel=self.channel_id(channel), ts=ts, text=text, blocks=blocks)
 
-    async def find(self, channel: str, key: str, *, thread_ts: str | None = None, since: float | None = None) -> str | None:
-        """The ts of a message this bot posted with `key`, if Slack has it (needs the *:history scopes)."""
-        args = {"channel": self.channel_id(channel), "include_all_metadata": True, "limit": 200}
-        if since is not None:
-            args["oldest"] = f"{since:.6f}"
-        method = "conversations_replies" if thread_ts else "conversations_history"
+    async def find(self, channel: str, key: str, *, thread_ts: str | None = None,
+                   after_ts: str | None = None) -> str | None:
+        """The ts of a message this bot posted with `key`, if Slack has it (needs the *:history scopes).
+
+        Keys are unique, so no time window is needed to tell ours from others: a channel is read
+        newest first (200 messages), a thread from `after_ts` — a ts of Slack's own, the last message
+        known to be in it — so neither the bot's clock nor a long thread can hide the copy."""
+        args: dict[str, Any] = {"channel": self.channel_id(channel), "include_all_metadata": True, "limit": 200}
         if thread_ts:
-            args["ts"] = thread_ts
+            method, args["ts"] = "conversations_replies", thread_ts
+            if after_ts:
+                args["oldest"] = after_ts
+        else:
+            method = "conversations_history"
         answer = await self._call(method, **args)
         for message in answer.get("messages") or ():
             meta = message.get("metadata") or {}
@@ -79,24 +93,23 @@ class SlackChat:
     async def _call(self, method: str, **args: Any) -> dict:
         from slack_sdk.errors import SlackApiError
 
-        for attempt in range(RATE_LIMIT_RETRIES + 1):
-            try:
-                answer = await getattr(self.client, method)(**{k: v for k, v in args.items() if v is not None})
-                return answer.data if hasattr(answer, "data") else dict(answer)
-            except SlackApiError as exc:
-                status = getattr(exc.response, "status_code", 200)
-                error = _error_code(exc.response)
-                if status == 429 and attempt < RATE_LIMIT_RETRIES:
-                    # A 429 was not acted on: waiting and asking again can never double a message.
-                    wait = float((getattr(exc.response, "headers", None) or {}).get("Retry-After", 1))
-                    await asyncio.sleep(min(wait, RATE_LIMIT_MAX_WAIT_S))
-                    continue
-                transient = status >= 500 or status == 429 or error in _TRANSIENT_ERRORS
-                raise ChatError(f"{method}: {error or 'HTTP ' + str(status)}", transient=transient,
-                                in_doubt=status >= 500) from None
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:  # it may or may not have landed
-                raise ChatError(f"{method}: {type(exc).__name__}: {exc}", in_doubt=True) from None
-        raise AssertionError("unreachable")
+        try:
+            call = getattr(self.client, method)(**{k: v for k, v in args.items() if v is not None})
+            answer = await asyncio.wait_for(call, self.call_timeout)
+            return answer.data if hasattr(answer, "data") else dict(answer)
+        except SlackApiError as exc:
+            status = getattr(exc.response, "status_code", 200)
+            error = _error_code(exc.response)
+            if status == 429:  # not acted on: never in doubt; the caller waits as long as Slack asked
+                wait = asked_wait(getattr(exc.response, "headers", None))
+                raise ChatError(f"{method}: rate limited (Retry-After {wait:g} s)" if wait is not None
+                                else f"{method}: rate limited", retry_after=wait) from None
+            transient = status >= 500 or error in _TRANSIENT_ERRORS
+            raise ChatError(f"{method}: {error or 'HTTP ' + str(status)}", transient=transient,
+                            in_doubt=status >= 500) from None
+        except (TimeoutError, asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:  # it may or may not have landed
+            raise ChatError(f"{method}: {type(exc).__name__}: {exc}" if str(exc) else f"{method}: {type(exc).__name__}",
+                            in_doubt=True) from None
 
 
 def _error_code(response: Any) -> str:

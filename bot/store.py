@@ -8,6 +8,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
+from decimal import Decimal
 
 from bot.alerts import RunState, Status
 
@@ -182,6 +183,17 @@ class Store:
             db.execute("UPDATE outbox SET last_error = ?, tried_at = CASE WHEN ? THEN tried_at END WHERE id = ?",
                        (error[:500], in_doubt, row_id))
 
+    def last_ts(self, run: str, seq: int) -> str | None:
+        """Slack's ts of the newest message known to be in an incident's thread (the parent's when none)."""
+        # Compared as Decimal, never as float: a 16-digit ts loses its last microsecond in a double,
+        # and "after the parent" could then skip the very reply being looked for.
+        rows = self._db.execute(
+            "SELECT ts FROM outbox WHERE run = ? AND seq = ? AND op IN ('post', 'reply') AND sent_at IS NOT NULL "
+            "AND ts IS NOT NULL UNION SELECT parent_ts FROM incidents WHERE run = ? AND seq = ? AND parent_ts IS NOT NULL",
+            (run, seq, run, seq)).fetchall()
+        stamps = [r[0] for r in rows if _is_ts(r[0])]
+        return max(stamps, key=Decimal) if stamps else None
+
     def thread(self, run: str, seq: int) -> tuple[str, str | None] | None:
         """(channel, parent ts) of a run's incident, or None."""
         row = self._db.execute("SELECT channel, parent_ts FROM incidents WHERE run = ? AND seq = ?", (run, seq)).fetchone()
@@ -210,6 +222,13 @@ class Store:
     def end_watch(self, run: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM watches WHERE run = ?", (run,))
+
+
+def _is_ts(value: object) -> bool:
+    try:
+        return isinstance(value, str) and Decimal(value).is_finite()
+    except ArithmeticError:
+        return False
 
 
 _STATE_FIELDS = [f.name for f in fields(RunState)]

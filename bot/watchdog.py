@@ -27,6 +27,9 @@ CHAT_CONCURRENCY = 4  # Slack calls at once: a burst of alerts should meet rate 
 WATCH_EVERY_S = 3.0
 WATCH_LIMIT_S = 1800.0
 KEEP_SENT_S = 7 * 86400.0  # sent outbox rows are kept this long (for a look at what went out)
+# Slack's Retry-After is obeyed up to this long: past it, one call asks again (a 429 costs nothing),
+# so a 120 s answer cannot hold every alert back for two minutes after Slack is healthy.
+RETRY_AFTER_CAP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,10 @@ class Watchdog:
         self._gates[LOCAL] = asyncio.Semaphore(local_probes)
         self._inflight: dict[str, asyncio.Task] = {}
         self._sending: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._slack_down = False
+        self._slack_down = False  # this sweep: Slack failed, send no more until the next
+        self._quiet_until = 0.0  # the bot's clock: Slack asked for quiet (a 429) until then
         self._chat_gate = asyncio.Semaphore(CHAT_CONCURRENCY)
+        self._background: set[asyncio.Task] = set()  # deliveries a command started and did not wait for
         self._queued = 0
         self._backlog = {row.run for row in store.pending()}
         # Runs whose queue Slack refused for certain (channel_not_found, not_in_channel…): refusals in a
@@ -173,8 +178,8 @@ class Watchdog:
             rows = self.store.pending(run_name)
             while rows:
                 row = rows[0]
-                if self._slack_down or (row.op != "post" and row.parent_ts is None):
-                    break  # Slack is down, or the thread's parent has not gone out yet
+                if self._slack_down or self.clock() < self._quiet_until or (row.op != "post" and row.parent_ts is None):
+                    break  # Slack is down or asked for quiet, or the thread's parent has not gone out yet
                 if not await self._send(row):
                     break
                 # A parent that just went out gives the rows behind it their thread: read them again.
@@ -195,7 +200,7 @@ class Watchdog:
             return await self._send_now(row)
 
     async def _send_now(self, row: Pending) -> bool:
-        if self._slack_down:
+        if self._slack_down or self.clock() < self._quiet_until:
             return False
         in_doubt = row.tried_at is not None
         self.store.trying(row.id, self.clock())  # written before the call: a crash from here on leaves it in doubt
@@ -211,6 +216,8 @@ class Watchdog:
         except ChatError as exc:
             self.store.failed(row.id, str(exc), in_doubt=exc.in_doubt or in_doubt)
             self._slack_down = self._slack_down or exc.transient
+            if exc.retry_after:
+                self._quiet_until = max(self._quiet_until, self.clock() + min(exc.retry_after, RETRY_AFTER_CAP_S))
             skip = 0 if exc.transient else self._refusal(row.run)
             log.warning("%s: %s not delivered (%s attempt%s): %s%s", row.run, row.op, row.attempts + 1,
                         "" if row.attempts == 0 else "s", exc,
@@ -227,8 +234,11 @@ class Watchdog:
         if find is None:
             return None
         try:
-            since = (row.tried_at or self.clock()) - 300  # Slack's clock may differ a little from ours
-            return await find(row.channel, row.key, thread_ts=row.parent_ts if row.op == "reply" else None, since=since)
+            # Where to start reading is a ts of Slack's own (the thread's last message we know of):
+            # the bot's clock, which may be minutes off, never decides what is looked at.
+            thread = row.parent_ts if row.op == "reply" else None
+            after = self.store.last_ts(row.run, row.seq) if thread else None
+            return await find(row.channel, row.key, thread_ts=thread, after_ts=after)
         except ChatError as exc:
             if exc.transient:
                 raise
@@ -239,12 +249,22 @@ class Watchdog:
     # --- mutes --------------------------------------------------------------------------------
 
     async def mute(self, run: Run, until: float | None, by: str | None = None) -> RunState:
-        """Mute a run until `until` (None: unmute); a live alert's parent says so at once."""
+        """Mute a run until `until` (None: unmute); a live alert's parent is edited to say so.
+
+        Returns once the mute is committed: the edit goes out in the background, so a slow or
+        rate-limiting Slack never holds up the command's answer (a failed edit waits for a sweep)."""
         now = self.clock()
         new, actions = alerts.mute(self.states.get(run.name), until, now, by)
-        self._commit(run, new, actions, self.verdicts.get(run.name), now)
-        await self._deliver_or_log(run.name)  # the mute holds once committed; a failed edit goes out later
+        if self._commit(run, new, actions, self.verdicts.get(run.name), now):
+            task = asyncio.create_task(self._deliver_or_log(run.name), name=f"deliver:{run.name}")
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         return new
+
+    async def settled(self, timeout: float | None = None) -> None:
+        """Wait for the deliveries commands started in the background (tests, a clean stop)."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout)
 
     def muted_until(self, run_name: str) -> float | None:
         state = self.states.get(run_name)
@@ -341,7 +361,8 @@ class Watchdog:
     async def stop(self) -> None:
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
-        tasks = [t for t in self._inflight.values() if not t.done()]
+        await self.settled(timeout=2.0)  # a mute's edit under way: a moment to land, else it waits in the outbox
+        tasks = [t for t in (*self._inflight.values(), *self._background) if not t.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -10,15 +10,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from slack_sdk.http_retry.builtin_async_handlers import (
-    AsyncConnectionErrorRetryHandler,
-    AsyncRateLimitErrorRetryHandler,
-)
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot import render_slack
 from bot.render_alerts import clock, slack_time
 from bot.checkup import RUNS_AT_ONCE
+from bot.slack_http import response_url_retries
 from bot.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.registry import Registry, Run, UnknownRun
 
@@ -27,6 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runbot.commands")
 
+RESPONSE_TIMEOUT_S = 10  # one response_url post (slack_sdk's timeout is per HTTP attempt)
 NOT_ALLOWED = "not allowed: ask an admin to add you (and this channel) to runbot's [access] list"
 
 
@@ -265,12 +263,13 @@ def _usage(sub: Subcommand, why: str = "") -> Reply:
 
 
 async def send_response(response_url: str, payload: dict) -> bool:
-    """POST to a response_url (retrying 429s and dropped connections); True when Slack took it."""
-    client = AsyncWebhookClient(
-        response_url, retry_handlers=[AsyncConnectionErrorRetryHandler(), AsyncRateLimitErrorRetryHandler(max_retry_count=2)]
-    )
+    """POST to a response_url within RESPONSE_TIMEOUT_S; True when Slack took it.
+
+    A short 429 is waited out and a connection never made is tried again; a dropped one is not
+    (the answer may have landed, and a second copy in a channel is worse than none)."""
+    client = AsyncWebhookClient(response_url, timeout=RESPONSE_TIMEOUT_S, retry_handlers=response_url_retries())
     try:
-        result = await client.send_dict(payload)
+        result = await asyncio.wait_for(client.send_dict(payload), RESPONSE_TIMEOUT_S)
     except Exception as exc:  # a network error must not kill the listener
         log.warning("response_url post failed: %s: %s", type(exc).__name__, exc)
         return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import threading
 import time
@@ -12,6 +11,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
@@ -25,10 +25,10 @@ TEAM_ID, BOT_USER, BOT_ID = "T0TEST", "U0BOT", "B0BOT"
 
 @dataclass
 class _Rule:
-    status: int
+    status: int  # 0: do the call, then drop the connection before answering
     times: int | None  # None: until clear_failures()
     method: str | None  # None: every Web API method; "response_url": response_url posts
-    retry_after: int | None = None
+    retry_after: str | None = None
 
 
 class SlackStub:
@@ -50,7 +50,8 @@ class SlackStub:
         self.socket_received: list[dict] = []
         self._rules: list[_Rule] = []
         self._messages: dict[tuple[str, str], dict] = {}  # (channel, ts) -> the message as Slack stores it
-        self._ts = itertools.count(1)
+        self._last_ts = 0.0
+        self.clock_offset = 0.0  # Slack's clock minus ours: ts values are Slack's own time, like the real one's
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -127,6 +128,10 @@ class SlackStub:
         """Payloads of the successful calls to one Web API method, in order."""
         return [payload for m, payload in self.calls if m == method]
 
+    def channel_messages(self, channel: str) -> list[dict]:
+        """The channel's top-level messages as Slack stores them (ts included), newest first."""
+        return self._history("conversations.history", {"channel": channel})
+
     def responses_to(self, name: str) -> list[dict]:
         return [payload for n, payload in self.responses if n == name]
 
@@ -139,6 +144,7 @@ class SlackStub:
             self.socket_received.clear()
             self._rules.clear()
             self._messages.clear()
+            self.clock_offset = 0.0
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
         """Block until predicate() is truthy (sync tests); returns its value."""
@@ -169,9 +175,14 @@ class SlackStub:
     def fail_until_cleared(self, status: int = 500, method: str | None = None) -> None:
         self._rules.append(_Rule(status, None, method))
 
-    def rate_limit(self, times: int = 1, retry_after: int = 0, method: str | None = None) -> None:
-        """The next `times` matching calls answer 429 with Retry-After, as Slack does."""
-        self._rules.append(_Rule(429, times, method, retry_after))
+    def rate_limit(self, times: int | None = 1, retry_after: float | str = 0, method: str | None = None) -> None:
+        """The next `times` matching calls answer 429 with Retry-After, as Slack does (None: until cleared)."""
+        self._rules.append(_Rule(429, times, method, str(retry_after)))
+
+    def drop_after_doing(self, times: int = 1, method: str | None = None) -> None:
+        """The next `times` matching calls take effect, then the connection drops before the answer:
+        the caller cannot tell whether its message landed."""
+        self._rules.append(_Rule(0, times, method))
 
     def clear_failures(self) -> None:
         self._rules.clear()
@@ -186,9 +197,11 @@ class SlackStub:
                     break
             else:
                 return None
+        if rule.status == 0:
+            return _DROP
         if rule.status == 429:
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
-                                     headers={"Retry-After": str(rule.retry_after or 0)})
+                                     headers={"Retry-After": rule.retry_after or "0"})
         return web.json_response({"ok": False, "error": "internal_error"}, status=rule.status)
 
     # -- Socket Mode --
@@ -226,13 +239,17 @@ class SlackStub:
         method = request.match_info["method"]
         payload = await _payload(request)
         fault = self._fault(method)
-        status = fault.status if fault is not None else 200
+        status = fault.status if fault is not None and fault is not _DROP else 200 if fault is None else 0
         self.attempts.append((method, payload, status))
-        if fault is not None:
+        if fault is not None and fault is not _DROP:
             return fault
         self.calls.append((method, payload))
         self.events.append((time.monotonic(), "api", method, payload))
-        return web.json_response(self._answer(method, payload))
+        answer = self._answer(method, payload)
+        if fault is _DROP:  # it happened, but the caller never hears so
+            request.transport.abort()
+            raise ConnectionResetError("dropped by the stub")
+        return web.json_response(answer)
 
     def _answer(self, method: str, payload: dict) -> dict:
         if method == "auth.test":
@@ -241,7 +258,8 @@ class SlackStub:
         if method == "apps.connections.open":
             return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/ws"}
         if method == "chat.postMessage":
-            ts = f"1796{next(self._ts):06d}.000100"  # unique and increasing, like Slack's
+            self._last_ts = max(self._last_ts + 1e-6, time.time() + self.clock_offset)
+            ts = f"{self._last_ts:.6f}"  # Slack's clock, unique and increasing
             message = {"type": "message", "ts": ts, "text": payload.get("text", ""), "blocks": _json(payload.get("blocks")),
                        "bot_id": BOT_ID, "user": BOT_USER}
             if payload.get("thread_ts"):
@@ -261,8 +279,8 @@ class SlackStub:
 
     def _history(self, method: str, args: dict) -> list[dict]:
         """What chat.postMessage put in a channel (newest first), or in one thread (parent first)."""
-        channel, oldest = args.get("channel", ""), float(args.get("oldest") or 0)
-        found = [m for (c, ts), m in self._messages.items() if c == channel and float(ts) > oldest]
+        channel, oldest = args.get("channel", ""), Decimal(args.get("oldest") or 0)  # exact, as Slack compares ts
+        found = [m for (c, ts), m in self._messages.items() if c == channel and (Decimal(ts) > oldest or ts == args.get("ts"))]
         if method == "conversations.history":
             return sorted((m for m in found if m.get("thread_ts") in (None, m["ts"])), key=lambda m: float(m["ts"]), reverse=True)
         thread = args.get("ts", "")
@@ -272,11 +290,17 @@ class SlackStub:
         name = request.match_info["name"]
         payload = await _payload(request)
         fault = self._fault("response_url")
-        if fault is not None:
+        if fault is not None and fault is not _DROP:
             return fault
         self.responses.append((name, payload))
         self.events.append((time.monotonic(), "response", name, payload))
+        if fault is _DROP:
+            request.transport.abort()
+            raise ConnectionResetError("dropped by the stub")
         return web.Response(text="ok")
+
+
+_DROP = web.Response(status=599)  # a marker: answer nothing, drop the connection
 
 
 def _json(value: Any) -> Any:

@@ -75,7 +75,7 @@ class FakeChat:
             raise ChatError("chat.update: HTTP 500")
         self.updates.append({"channel": channel, "ts": ts, "text": text})
 
-    async def find(self, channel, key, *, thread_ts=None, since=None):
+    async def find(self, channel, key, *, thread_ts=None, after_ts=None):
         if not self.has_find:
             raise ChatError("missing_scope", transient=False)
         return next((p["ts"] for p in self.posts if p["key"] == key), None)
@@ -247,6 +247,7 @@ async def test_mute_silences_posts_edits_the_parent_and_expires(lab, tmp_path):
         silent(tmp_path / "alpha.log")
         await wd.sweep()
         await wd.mute(alpha, now[0] + 3600, by="U1")
+        await wd.settled()  # the parent's edit goes out in the background
         assert "muted until" in str(wd.chat.updates[-1]) and wd.muted_until("alpha") == now[0] + 3600
         await wd.mute(beta, now[0] + 3600)
         silent(tmp_path / "beta.log")
@@ -337,7 +338,10 @@ async def test_slack_adapter_maps_errors_and_reads_metadata():
             raise SlackApiError("down", _Answer({}, 503))
 
     chat = SlackChat(Client())
-    assert await chat.post("#alerts", "hi", None, key="k1") == "5.5"  # the 429 was waited out
+    with pytest.raises(ChatError) as limited:  # the client's handlers wait out short 429s; a longer one is the caller's
+        await chat.post("#alerts", "hi", None, key="k1")
+    assert limited.value.transient and not limited.value.in_doubt and limited.value.retry_after == 0
+    assert await chat.post("#alerts", "hi", None, key="k1") == "5.5"
     assert calls[-1]["metadata"]["event_payload"] == {"key": "k1"} and chat.channel_id("#alerts") == "C9"
     with pytest.raises(ChatError) as refused:
         await chat.update("#alerts", "5.5", "x", None)
@@ -503,6 +507,7 @@ async def test_a_mute_whose_edit_fails_unexpectedly_still_mutes(lab, tmp_path):
 
         chat.update = update
         state = await wd.mute(alpha, time.time() + 600, by="U1")
+        await wd.settled()
     assert state.muted(time.time()) and wd.muted_until("alpha") is not None
     assert [r.op for r in wd.store.pending("alpha")] == ["update"]  # the edit waits for the next sweep
 
