@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bot.probe import _BODY, build_script
-from bot.store import Store
+from bot.state_file import StateFile
 from bot.targets import Targets
 from bot.watchdog import Watchdog
 from config.registry import parse_registry
@@ -112,7 +112,7 @@ async def bench(args) -> dict:
             await asyncio.sleep(1.0)
             registry = parse_registry(config.read_text(), config)
             chat = CountingChat()
-            store = Store(registry.bot.state_db)
+            store = StateFile.open(registry.bot.state_db)
             wd = Watchdog(registry, Targets(registry), store, chat)
             judged = [0.0]
             judge = wd.judge

@@ -16,6 +16,9 @@ SEVERITY = {
 # Consecutive sweeps a concern must be seen before it counts: one unanswered probe is a blip,
 # one idle GPU reading between two busy ones is a data-loader pause.
 CONFIRM_SWEEPS = {"unreachable": 3, "gpu_idle": 2}
+# A streak longer than the longest confirmation says nothing more: capping it keeps a steady
+# problem's state the same from sweep to sweep, so the state file is not rewritten every sweep.
+STREAK_CAP = max(CONFIRM_SWEEPS.values())
 
 
 class Status(str, enum.Enum):
@@ -114,7 +117,7 @@ def decide(prev: RunState | None, seen: Seen, now: float, policy: Policy = Polic
     """One sweep's step for one run. `prev` None: the watchdog has never seen this run."""
     state = prev or RunState()
     old = dict(state.streaks)
-    streaks = tuple((c, old.get(c, 0) + 1) for c in dict.fromkeys(seen.concerns))
+    streaks = tuple((c, min(old.get(c, 0) + 1, STREAK_CAP)) for c in dict.fromkeys(seen.concerns))
     confirmed = [c for c, n in streaks if n >= CONFIRM_SWEEPS.get(kind(c), 1)]
     problem = worst(confirmed)
     # An unconfirmed concern (a first unanswered probe) says nothing about the run: hold still.

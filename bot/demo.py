@@ -16,7 +16,7 @@ from bot import render_text
 from bot.chat import PrintingChat
 from bot.checkup import check
 from bot.runners import LocalRunner
-from bot.store import Store
+from bot.state_file import StateFile
 from bot.verdict import Verdict
 from bot.watchdog import Watchdog
 from config.registry import load_registry
@@ -131,7 +131,7 @@ async def _main(demo: Demo) -> int:
     job = demo.start_job()
     # The real watchdog on its own schedule, posting to a chat that prints: the alert thread as it happens.
     watchdog = Watchdog(demo.registry, SimpleNamespace(runner_for=lambda run: demo.runner),
-                        Store(demo.registry.bot.state_db), PrintingChat(lambda line: _say(f"  [alert] {line}")))
+                        StateFile.open(demo.registry.bot.state_db), PrintingChat(lambda line: _say(f"  [alert] {line}")))
     watchdog.start()
     try:
         for phase, commands in _SCRIPT:
@@ -146,7 +146,7 @@ async def _main(demo: Demo) -> int:
         await watchdog.sweep()  # the last word, should the crash fall between two scheduled sweeps
     finally:
         await watchdog.stop()
-        watchdog.store.close()
+        watchdog.state_file.close()
         if job.poll() is None:
             job.kill()
             job.wait()

@@ -8,7 +8,6 @@ import inspect
 import json
 import logging
 import signal
-import sqlite3
 import sys
 from typing import Any, Mapping
 
@@ -21,7 +20,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot.app import Services, build_app, make_services
 from bot.slack_requests import MAX_BODY, body_fault, timestamp_fault
-from bot.store import Store, StoreError
+from bot.state_file import StateFile, StateFileError
 from config.registry import ConfigError, Registry
 from config.settings import Settings
 
@@ -48,8 +47,8 @@ def serve(registry: Registry, settings: Settings) -> int:
     except ConfigError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except (StoreError, sqlite3.Error) as exc:  # a backstop: serve_async opens the store first and says so itself
-        print(f"runbot: {_store_fault(registry.bot.state_db, exc)}", file=sys.stderr)
+    except StateFileError as exc:  # a backstop: serve_async opens the state file first and says so itself
+        print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
 
@@ -65,9 +64,9 @@ async def serve_async(
     services = make_services(registry, settings, local_env=local_env)
     app = build_app(registry, settings, services)
     try:  # before Slack: a state file that cannot be used is a configuration problem, said in one line
-        services.store = Store(registry.bot.state_db)
-    except (StoreError, sqlite3.Error) as exc:
-        print(f"runbot: {_store_fault(registry.bot.state_db, exc)}", file=sys.stderr)
+        services.store = StateFile.open(registry.bot.state_db)
+    except StateFileError as exc:
+        print(f"runbot: {exc}", file=sys.stderr)
         await services.targets.close()
         return EXIT_CONFIG
     stop = stop or asyncio.Event()
@@ -111,16 +110,6 @@ async def serve_async(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         log.info("stopped", extra={"runbot": {"event": "stopped", "cut_off": late}})
-
-
-def _store_fault(path: str, exc: Exception) -> str:
-    """The state file's problem as "<path>: what is wrong" (StoreError's sentence already names the file)."""
-    said = str(exc)
-    if isinstance(exc, StoreError) and said.startswith(f"{path}: "):
-        return said
-    if isinstance(exc, sqlite3.OperationalError) and "unable to open" in said:
-        said += " (does its folder exist, and may runbot write there?)"
-    return f"{path}: {said}"
 
 
 async def _preflight(services: Services, settings: Settings) -> str | None:

@@ -1,4 +1,4 @@
-"""The watchdog's SQLite file: run states, incidents and their threads, the outbox, watches (shell)."""
+"""The watchdog's SQLite file: the ledger's rows on disk, loaded at start and written change by change (shell)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,29 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
-from decimal import Decimal
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, fields
 
 from bot.alerts import RunState, Status
+from bot.ledger import (
+    Change,
+    DropMessages,
+    DropWatch,
+    Incident,
+    Ledger,
+    Message,
+    PutIncident,
+    PutMessage,
+    PutState,
+    PutWatch,
+    Watch,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE runs (                 -- the alert state machine's memory, one row per run
     run TEXT PRIMARY KEY,
-    status TEXT NOT NULL, concern TEXT, seq INTEGER NOT NULL, announced INTEGER NOT NULL,
-    opened_at REAL, changed_at REAL, notified_at REAL, closed_at REAL, healthy INTEGER NOT NULL,
-    headline TEXT NOT NULL, muted_until REAL, muted_by TEXT, streaks TEXT NOT NULL
+    state TEXT NOT NULL             -- RunState as JSON: fields can be added without a new schema
 );
 CREATE TABLE incidents (            -- one per parent message: where its thread lives
     run TEXT NOT NULL, seq INTEGER NOT NULL,
@@ -26,7 +36,7 @@ CREATE TABLE incidents (            -- one per parent message: where its thread 
     PRIMARY KEY (run, seq)
 );
 CREATE TABLE outbox (               -- every message, written before it is sent
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     key TEXT NOT NULL UNIQUE,       -- the client key, sent as message metadata
     run TEXT NOT NULL, seq INTEGER NOT NULL,
     op TEXT NOT NULL CHECK (op IN ('post', 'reply', 'update')),
@@ -37,45 +47,13 @@ CREATE TABLE outbox (               -- every message, written before it is sent
     last_error TEXT,
     sent_at REAL, ts TEXT
 );
-CREATE INDEX outbox_pending ON outbox (run, id) WHERE sent_at IS NULL;
 CREATE TABLE watches (              -- /run watch: at most one per run
     run TEXT PRIMARY KEY, channel TEXT NOT NULL, ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT
 );
 """
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """A message to queue: op "post" opens incident `seq` in `channel`; "reply"/"update" go to its thread."""
-
-    op: str
-    payload: dict
-    channel: str | None = None  # posts only
-
-
-@dataclass(frozen=True)
-class Pending:
-    """An outbox row not yet known to be sent, with the thread it belongs to."""
-
-    id: int
-    key: str
-    run: str
-    seq: int
-    op: str
-    payload: dict
-    channel: str
-    parent_ts: str | None
-    attempts: int
-    tried_at: float | None  # not None: an earlier attempt's outcome is unknown (look before re-posting)
-
-
-@dataclass(frozen=True)
-class Watch:
-    run: str
-    channel: str
-    ts: str
-    started_at: float
-    user: str | None = None
+# Schema 1 kept RunState's fields as columns; its other tables are the same.
+_FROM_1 = ["ALTER TABLE runs RENAME TO runs_v1", _SCHEMA.split(";")[0],
+           "DROP INDEX IF EXISTS outbox_pending"]
 
 
 class StoreError(RuntimeError):
@@ -83,16 +61,19 @@ class StoreError(RuntimeError):
 
 
 class Store:
-    """Every write is one transaction; the watchdog is one thread, so one connection serves."""
+    """One SQLite connection, used from one thread at a time (the state file's worker thread)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             self._db.row_factory = sqlite3.Row
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")  # readers (a second bot, sqlite3 CLI) never block writes
-            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives kill -9; only power loss may drop the last commit
+            # A rollback journal, not WAL: WAL's index is a memory-mapped -shm file, and a write into that
+            # mapping on a full or immutable filesystem kills the whole bot with SIGBUS (seen in
+            # tests/test_state_disk.py), where a journal write fails as an error the state file handles.
+            # One writer, in one worker thread: WAL's concurrent readers bought nothing here.
+            self._db.execute("PRAGMA journal_mode=DELETE")
+            self._db.execute("PRAGMA synchronous=FULL")  # survives kill -9 and power loss; writes are off the event loop
             self._db.execute("PRAGMA busy_timeout=5000")
             self._migrate()
         except BaseException:  # a file we cannot use (StoreError, "file is not a database"): leave no handle open
@@ -108,7 +89,8 @@ class Store:
         try:
             yield self._db
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
@@ -123,128 +105,100 @@ class Store:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
-                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            elif version == 1:
+                for statement in _FROM_1:
+                    db.execute(statement)
+                for row in db.execute("SELECT * FROM runs_v1").fetchall():
+                    db.execute("INSERT INTO runs VALUES (?, ?)", (row["run"], _state_json(_state_v1(row))))
+                db.execute("DROP TABLE runs_v1")
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    # --- run states ---------------------------------------------------------------------------
-
-    def state(self, run: str) -> RunState | None:
-        row = self._db.execute("SELECT * FROM runs WHERE run = ?", (run,)).fetchone()
-        return _state(row) if row else None
-
-    def states(self) -> dict[str, RunState]:
-        return {row["run"]: _state(row) for row in self._db.execute("SELECT * FROM runs")}
-
-    def commit(self, run: str, state: RunState, messages: list[Outgoing] = (), now: float = 0.0) -> list[int]:
-        """Save a run's new state and queue its messages, all or nothing. Returns the outbox ids."""
+    def writable(self) -> None:
+        """Raise unless this file can take a write now (read-only file or folder, full disk…)."""
         with self._tx() as db:
-            _put_state(db, run, state)
-            return [self._queue(db, run, state.seq, m, now) for m in messages]
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")  # a real write, the same value
 
-    def _queue(self, db: sqlite3.Connection, run: str, seq: int, m: Outgoing, now: float) -> int:
-        if m.op == "post":
-            db.execute("INSERT OR REPLACE INTO incidents (run, seq, channel, parent_ts, opened_at) VALUES (?, ?, ?, NULL, ?)",
-                       (run, seq, m.channel, now))
-        elif m.op == "update":  # an edit shows the whole current state: an older unsent edit is moot
-            db.execute("DELETE FROM outbox WHERE run = ? AND seq = ? AND op = 'update' AND sent_at IS NULL", (run, seq))
-        cur = db.execute("INSERT INTO outbox (key, run, seq, op, payload, created_at) VALUES (hex(randomblob(8)), ?, ?, ?, ?, ?)",
-                         (run, seq, m.op, json.dumps(m.payload), now))
-        # Stable for the row's life: a retry sends the same key, so it can look for an earlier attempt.
-        db.execute("UPDATE outbox SET key = ? WHERE id = ?", (f"{run}#{seq}:{cur.lastrowid}", cur.lastrowid))
-        return int(cur.lastrowid)
+    def check(self) -> str | None:
+        """What SQLite's own quick check says is wrong with the file, or None when it is sound."""
+        said = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
+        return None if said == ["ok"] else "; ".join(said)[:300]
 
-    # --- the outbox ---------------------------------------------------------------------------
+    # --- whole ledgers --------------------------------------------------------------------------
 
-    def pending(self, run: str | None = None) -> list[Pending]:
-        """Unsent messages, oldest first (per run, the order they must go out in)."""
-        where, args = ("AND o.run = ?", (run,)) if run is not None else ("", ())
-        rows = self._db.execute(
-            "SELECT o.*, i.channel, i.parent_ts FROM outbox o JOIN incidents i ON i.run = o.run AND i.seq = o.seq "
-            f"WHERE o.sent_at IS NULL {where} ORDER BY o.id", args)
-        return [Pending(r["id"], r["key"], r["run"], r["seq"], r["op"], json.loads(r["payload"]), r["channel"],
-                        r["parent_ts"], r["attempts"], r["tried_at"]) for r in rows]
+    def load(self) -> Ledger:
+        db = self._db
+        states = {r["run"]: _state(r["state"]) for r in db.execute("SELECT * FROM runs")}
+        incidents = {(r["run"], r["seq"]): Incident(r["run"], r["seq"], r["channel"], r["parent_ts"], r["opened_at"])
+                     for r in db.execute("SELECT * FROM incidents")}
+        messages = {r["id"]: Message(r["id"], r["key"], r["run"], r["seq"], r["op"], json.loads(r["payload"]),
+                                     r["created_at"], r["attempts"], r["tried_at"], r["last_error"], r["sent_at"], r["ts"])
+                    for r in db.execute("SELECT * FROM outbox ORDER BY id")}
+        watches = {r["run"]: Watch(**dict(r)) for r in db.execute("SELECT * FROM watches")}
+        return Ledger(states, incidents, messages, watches)
 
-    def trying(self, row_id: int, now: float) -> None:
-        """Written before the call: if the bot dies now, the row is known to be in doubt."""
+    def apply(self, changes: Iterable[Change]) -> None:
+        """Write a batch of the ledger's changes, all or nothing."""
         with self._tx() as db:
-            db.execute("UPDATE outbox SET attempts = attempts + 1, tried_at = ? WHERE id = ?", (now, row_id))
+            for change in changes:
+                _write(db, change)
 
-    def sent(self, row: Pending, ts: str | None, now: float, channel: str | None = None) -> None:
-        """Written after the call. A post's ts becomes its incident's thread (and its channel id)."""
+    def dump(self, ledger: Ledger) -> None:
+        """Make the file hold exactly what the ledger holds (after the file was lost or replaced)."""
         with self._tx() as db:
-            db.execute("UPDATE outbox SET sent_at = ?, ts = ?, tried_at = NULL, last_error = NULL WHERE id = ?",
-                       (now, ts, row.id))
-            if row.op == "post":
-                db.execute("UPDATE incidents SET parent_ts = ?, channel = coalesce(?, channel) WHERE run = ? AND seq = ?",
-                           (ts, channel, row.run, row.seq))
+            for table in ("runs", "incidents", "outbox", "watches"):
+                db.execute(f"DELETE FROM {table}")
+            for run, state in ledger.states.items():
+                _write(db, PutState(run, state))
+            for incident in ledger.incidents.values():
+                _write(db, PutIncident(incident))
+            for message in ledger.messages.values():
+                _write(db, PutMessage(message))
+            for watch in ledger.watch_rows.values():
+                _write(db, PutWatch(watch))
 
-    def failed(self, row_id: int, error: str, *, in_doubt: bool) -> None:
-        """The call failed. `in_doubt`: it may have reached Slack anyway (a timeout, a dropped connection)."""
-        with self._tx() as db:
-            db.execute("UPDATE outbox SET last_error = ?, tried_at = CASE WHEN ? THEN tried_at END WHERE id = ?",
-                       (error[:500], in_doubt, row_id))
 
-    def last_ts(self, run: str, seq: int) -> str | None:
-        """Slack's ts of the newest message known to be in an incident's thread (the parent's when none)."""
-        # Compared as Decimal, never as float: a 16-digit ts loses its last microsecond in a double,
-        # and "after the parent" could then skip the very reply being looked for.
-        rows = self._db.execute(
-            "SELECT ts FROM outbox WHERE run = ? AND seq = ? AND op IN ('post', 'reply') AND sent_at IS NOT NULL "
-            "AND ts IS NOT NULL UNION SELECT parent_ts FROM incidents WHERE run = ? AND seq = ? AND parent_ts IS NOT NULL",
-            (run, seq, run, seq)).fetchall()
-        stamps = [r[0] for r in rows if _is_ts(r[0])]
-        return max(stamps, key=Decimal) if stamps else None
-
-    def thread(self, run: str, seq: int) -> tuple[str, str | None] | None:
-        """(channel, parent ts) of a run's incident, or None."""
-        row = self._db.execute("SELECT channel, parent_ts FROM incidents WHERE run = ? AND seq = ?", (run, seq)).fetchone()
-        return (row["channel"], row["parent_ts"]) if row else None
-
-    def prune(self, before: float) -> int:
-        """Forget sent messages older than `before` (the outbox would otherwise grow forever)."""
-        with self._tx() as db:
-            return db.execute("DELETE FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ?", (before,)).rowcount
-
-    # --- watches ------------------------------------------------------------------------------
-
-    def watches(self) -> list[Watch]:
-        return [Watch(**dict(r)) for r in self._db.execute("SELECT * FROM watches ORDER BY started_at")]
-
-    def start_watch(self, watch: Watch, stale_before: float) -> Watch | None:
-        """Record a watch unless a live one exists for the run; returns the one in the way, else None."""
-        with self._tx() as db:
-            row = db.execute("SELECT * FROM watches WHERE run = ?", (watch.run,)).fetchone()
-            if row and row["started_at"] >= stale_before:
-                return Watch(**dict(row))
-            db.execute("INSERT OR REPLACE INTO watches VALUES (?, ?, ?, ?, ?)",
-                       (watch.run, watch.channel, watch.ts, watch.started_at, watch.user))
-        return None
-
-    def end_watch(self, run: str) -> None:
-        with self._tx() as db:
+def _write(db: sqlite3.Connection, change: Change) -> None:
+    match change:
+        case PutState(run, state):
+            db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?)", (run, _state_json(state)))
+        case PutIncident(i):
+            db.execute("INSERT OR REPLACE INTO incidents VALUES (?, ?, ?, ?, ?)",
+                       (i.run, i.seq, i.channel, i.parent_ts, i.opened_at))
+        case PutMessage(m):
+            db.execute("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (m.id, m.key, m.run, m.seq, m.op, json.dumps(m.payload), m.created_at, m.attempts, m.tried_at,
+                        m.last_error, m.sent_at, m.ts))
+        case DropMessages(ids):
+            db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+        case PutWatch(w):
+            db.execute("INSERT OR REPLACE INTO watches VALUES (?, ?, ?, ?, ?)", (w.run, w.channel, w.ts, w.started_at, w.user))
+        case DropWatch(run):
             db.execute("DELETE FROM watches WHERE run = ?", (run,))
+        case _:
+            raise TypeError(f"not a ledger change: {change!r}")
 
 
-def _is_ts(value: object) -> bool:
-    try:
-        return isinstance(value, str) and Decimal(value).is_finite()
-    except ArithmeticError:
-        return False
+_STATE_FIELDS = {f.name for f in fields(RunState)}
 
 
-_STATE_FIELDS = [f.name for f in fields(RunState)]
-
-
-def _put_state(db: sqlite3.Connection, run: str, state: RunState) -> None:
+def _state_json(state: RunState) -> str:
     values = asdict(state)
     values["status"] = state.status.value
-    values["streaks"] = json.dumps(state.streaks)
-    cols = ", ".join(_STATE_FIELDS)
-    marks = ", ".join("?" for _ in _STATE_FIELDS)
-    db.execute(f"INSERT OR REPLACE INTO runs (run, {cols}) VALUES (?, {marks})", (run, *(values[f] for f in _STATE_FIELDS)))
+    return json.dumps(values)
 
 
-def _state(row: sqlite3.Row) -> RunState:
-    values = {f: row[f] for f in _STATE_FIELDS}
+def _state(text: str) -> RunState:
+    """A RunState from its JSON; fields a newer or older runbot wrote and this one lacks are ignored."""
+    values = {k: v for k, v in json.loads(text).items() if k in _STATE_FIELDS}
+    values["status"] = Status(values.get("status", "quiet"))
+    for key in ("streaks", "flips"):
+        if key in values:
+            values[key] = tuple(tuple(x) if isinstance(x, list) else x for x in values[key])
+    return RunState(**values)
+
+
+def _state_v1(row: sqlite3.Row) -> RunState:
+    values = {k: row[k] for k in row.keys() if k in _STATE_FIELDS}
     values["status"] = Status(values["status"])
     values["announced"] = bool(values["announced"])
     values["streaks"] = tuple((c, n) for c, n in json.loads(values["streaks"]))

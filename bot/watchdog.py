@@ -8,7 +8,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -16,7 +16,8 @@ from bot import alerts, render_alerts
 from bot.alerts import Policy, Post, RunState, Seen, Update
 from bot.chat import Chat, ChatError, SlackChat
 from bot.checkup import check_within
-from bot.store import Outgoing, Pending, Store, Watch
+from bot.ledger import Outgoing, Pending, Watch
+from bot.state_file import StateFile
 from bot.verdict import Verdict
 from config.registry import LOCAL, Registry, Run
 
@@ -42,15 +43,16 @@ class SweepReport:
 
 
 class Watchdog:
-    """Owns the scheduler's jobs, the per-run states (cached, written through to the store) and delivery."""
+    """Owns the scheduler's jobs, the per-run states (in the ledger, written to the state file) and delivery."""
 
-    def __init__(self, registry: Registry, targets: Any, store: Store, chat: Chat, *,
+    def __init__(self, registry: Registry, targets: Any, state_file: StateFile, chat: Chat, *,
                  clock: Callable[[], float] = time.time, tz: tzinfo | None = None, policy: Policy | None = None,
                  local_probes: int = LOCAL_PROBES, watch_every: float = WATCH_EVERY_S) -> None:
-        self.registry, self.targets, self.store, self.chat = registry, targets, store, chat
+        self.registry, self.targets, self.state_file, self.chat = registry, targets, state_file, chat
+        self.ledger = state_file.ledger  # every question and change goes here, in memory; flush() makes it durable
         self.clock, self.tz, self.watch_every = clock, tz, watch_every
         self.policy = policy or Policy(remind_every=registry.bot.remind_every)
-        self.states: dict[str, RunState] = store.states()
+        self.states: dict[str, RunState] = self.ledger.states
         self.verdicts: dict[str, Verdict] = {}  # the latest, for the parent's evidence and "since last check"
         self.scheduler = None
         self._gates = {name: asyncio.Semaphore(h.max_channels) for name, h in registry.hosts.items()}
@@ -62,7 +64,7 @@ class Watchdog:
         self._chat_gate = asyncio.Semaphore(CHAT_CONCURRENCY)
         self._background: set[asyncio.Task] = set()  # deliveries a command started and did not wait for
         self._queued = 0
-        self._backlog = {row.run for row in store.pending()}
+        self._backlog = {row.run for row in self.ledger.pending()}
         # Runs whose queue Slack refused for certain (channel_not_found, not_in_channel…): refusals in a
         # row, and sweeps still to sit out. The gaps double, so a wrong channel costs a few calls an hour.
         self._refused: dict[str, list[int]] = {}
@@ -70,6 +72,33 @@ class Watchdog:
         for run in registry.runs.values():
             if run.alert_channel is None:
                 log.warning("run %s has no alert_channel: its alerts are tracked but not posted", run.name)
+        state_file.on_note = self.note
+        for text in state_file.notes:  # said at start: a corrupt state file moved aside
+            self.note(text)
+
+    def note(self, text: str) -> None:
+        """Tell the bot's alert channel something about runbot itself (its state file failing), once,
+        straight to Slack: not through the outbox, which may be what cannot be written."""
+        channel = self.registry.bot.alert_channel
+        if channel is None:
+            return
+
+        async def post() -> None:
+            try:
+                await self.chat.post(channel, f":warning: {text}", None)
+            except Exception as exc:  # noqa: BLE001 - said in the log already; Slack may be down too
+                log.warning("could not post a note to %s: %s", channel, exc)
+
+        self._in_background(post(), "note")
+
+    def _in_background(self, work, name: str) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(work, name=name)
+        except RuntimeError:  # no loop yet (built before serve's loop runs): said in the log only
+            work.close()
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # --- sweeps -------------------------------------------------------------------------------
 
@@ -130,6 +159,7 @@ class Watchdog:
         try:
             verdict = await self.probe(run)
             self.judge(run, verdict)
+            await self.state_file.flush()  # the decision on disk before anything is sent (if the disk allows)
             if run.name in self._backlog and run.name not in held:
                 tried.add(run.name)
                 await self.deliver(run.name)
@@ -159,10 +189,11 @@ class Watchdog:
                 messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel))
         if run.alert_channel is None:
             messages = []
-        if new == self.states.get(run.name) and not messages:
+        old = self.states.get(run.name)
+        if not messages and old is not None and replace(old, headline="") == replace(new, headline=""):
+            self.states[run.name] = new  # only the latest headline changed: memory, no write
             return []
-        ids = self.store.commit(run.name, new, messages, now)  # before anything is sent
-        self.states[run.name] = new
+        ids = self.ledger.commit(run.name, new, messages, now)  # before anything is sent
         if ids:
             self._queued += len(ids)
             self._backlog.add(run.name)
@@ -175,7 +206,7 @@ class Watchdog:
     async def deliver(self, run_name: str) -> None:
         """Send a run's waiting messages in order; stop at the first failure (the next sweep retries)."""
         async with self._sending[run_name]:
-            rows = self.store.pending(run_name)
+            rows = self.ledger.pending(run_name)
             while rows:
                 row = rows[0]
                 if self._slack_down or self.clock() < self._quiet_until or (row.op != "post" and row.parent_ts is None):
@@ -183,8 +214,8 @@ class Watchdog:
                 if not await self._send(row):
                     break
                 # A parent that just went out gives the rows behind it their thread: read them again.
-                rows = self.store.pending(run_name) if row.op == "post" else rows[1:]
-            if not self.store.pending(run_name):
+                rows = self.ledger.pending(run_name) if row.op == "post" else rows[1:]
+            if not self.ledger.pending(run_name):
                 self._backlog.discard(run_name)
 
     async def _deliver_or_log(self, run_name: str) -> None:
@@ -199,11 +230,18 @@ class Watchdog:
         async with self._chat_gate:
             return await self._send_now(row)
 
+    def _held_back(self) -> bool:
+        return self._slack_down or self.clock() < self._quiet_until
+
     async def _send_now(self, row: Pending) -> bool:
-        if self._slack_down or self.clock() < self._quiet_until:
+        if self._held_back():
             return False
         in_doubt = row.tried_at is not None
-        self.store.trying(row.id, self.clock())  # written before the call: a crash from here on leaves it in doubt
+        self.ledger.trying(row.id, self.clock())  # written before the call: a crash from here on leaves it in doubt
+        await self.state_file.flush()
+        if self._held_back():  # Slack failed for another run while this row's doubt was being written
+            self.ledger.failed(row.id, "not sent: Slack was failing", in_doubt=in_doubt)
+            return False
         text, blocks = row.payload.get("text", ""), row.payload.get("blocks")
         try:
             if in_doubt and row.op != "update" and (ts := await self._find(row)):
@@ -214,17 +252,20 @@ class Watchdog:
             else:
                 ts = await self.chat.post(row.channel, text, blocks, row.parent_ts, key=row.key)
         except ChatError as exc:
-            self.store.failed(row.id, str(exc), in_doubt=exc.in_doubt or in_doubt)
+            # Slack's state first, before any await: another run's send must see it at once.
             self._slack_down = self._slack_down or exc.transient
             if exc.retry_after:
                 self._quiet_until = max(self._quiet_until, self.clock() + min(exc.retry_after, RETRY_AFTER_CAP_S))
             skip = 0 if exc.transient else self._refusal(row.run)
+            self.ledger.failed(row.id, str(exc), in_doubt=exc.in_doubt or in_doubt)
             log.warning("%s: %s not delivered (%s attempt%s): %s%s", row.run, row.op, row.attempts + 1,
                         "" if row.attempts == 0 else "s", exc,
                         f"; next try in {skip + 1} sweeps" if skip else "")
+            await self.state_file.flush()
             return False
         channel = getattr(self.chat, "channel_id", lambda c: c)(row.channel)
-        self.store.sent(row, ts, self.clock(), channel=channel)  # after the call
+        self.ledger.sent(row, ts, self.clock(), channel=channel)  # after the call
+        await self.state_file.flush()
         self._refused.pop(row.run, None)
         return True
 
@@ -237,7 +278,7 @@ class Watchdog:
             # Where to start reading is a ts of Slack's own (the thread's last message we know of):
             # the bot's clock, which may be minutes off, never decides what is looked at.
             thread = row.parent_ts if row.op == "reply" else None
-            after = self.store.last_ts(row.run, row.seq) if thread else None
+            after = self.ledger.last_ts(row.run, row.seq) if thread else None
             return await find(row.channel, row.key, thread_ts=thread, after_ts=after)
         except ChatError as exc:
             if exc.transient:
@@ -256,10 +297,14 @@ class Watchdog:
         now = self.clock()
         new, actions = alerts.mute(self.states.get(run.name), until, now, by)
         if self._commit(run, new, actions, self.verdicts.get(run.name), now):
-            task = asyncio.create_task(self._deliver_or_log(run.name), name=f"deliver:{run.name}")
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._in_background(self._flush_and_deliver(run.name), f"deliver:{run.name}")
+        elif self.states.get(run.name) is new:
+            self._in_background(self.state_file.flush(), f"flush:{run.name}")
         return new
+
+    async def _flush_and_deliver(self, run_name: str) -> None:
+        await self.state_file.flush()
+        await self._deliver_or_log(run_name)
 
     async def settled(self, timeout: float | None = None) -> None:
         """Wait for the deliveries commands started in the background (tests, a clean stop)."""
@@ -275,7 +320,7 @@ class Watchdog:
     async def watch(self, run: Run, channel: str, user: str | None = None) -> tuple[Watch, bool]:
         """Start watching a restart; (the watch, True) — or (the live one in the way, False)."""
         now = self.clock()
-        live = next((w for w in self.store.watches() if w.run == run.name and w.started_at > now - WATCH_LIMIT_S), None)
+        live = next((w for w in self.ledger.watches() if w.run == run.name and w.started_at > now - WATCH_LIMIT_S), None)
         if live is not None or run.name in self._trails:
             return live or Watch(run.name, channel, "", now, user), False
         self._trails[run.name] = ()  # claimed before the first await: a second /run watch sees it
@@ -286,7 +331,8 @@ class Watchdog:
             del self._trails[run.name]
             raise
         watch = Watch(run.name, getattr(self.chat, "channel_id", lambda c: c)(channel), ts, now, user)
-        self.store.start_watch(watch, stale_before=now - WATCH_LIMIT_S)
+        self.ledger.start_watch(watch, stale_before=now - WATCH_LIMIT_S)
+        await self.state_file.flush()
         self._schedule_watch(watch)
         return watch, True
 
@@ -299,7 +345,7 @@ class Watchdog:
 
     async def watch_tick(self, run_name: str) -> str | None:
         """One look at a watched run: edit the message; returns why the watch ended, or None."""
-        watch = next((w for w in self.store.watches() if w.run == run_name), None)
+        watch = next((w for w in self.ledger.watches() if w.run == run_name), None)
         run = self.registry.runs.get(run_name)
         if watch is None or run is None:
             self._end_watch(run_name)
@@ -319,7 +365,7 @@ class Watchdog:
         return done
 
     def _end_watch(self, run_name: str) -> None:
-        self.store.end_watch(run_name)
+        self.ledger.end_watch(run_name)
         self._trails.pop(run_name, None)
         if self.scheduler is not None and self.scheduler.get_job(f"watch:{run_name}"):
             self.scheduler.remove_job(f"watch:{run_name}")
@@ -337,11 +383,11 @@ class Watchdog:
         self.scheduler.start()
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not two lines a sweep about running a job
         now = self.clock()
-        for watch in self.store.watches():
+        for watch in self.ledger.watches():
             if watch.started_at > now - WATCH_LIMIT_S and watch.run in self.registry.runs:
                 self._schedule_watch(watch)
             else:
-                self.store.end_watch(watch.run)
+                self.ledger.end_watch(watch.run)
         log.info("watchdog: %d runs every %g s", len(self.registry.runs), every)
 
     async def _scheduled_sweep(self) -> None:
@@ -353,10 +399,8 @@ class Watchdog:
             return
         except Exception:  # noqa: BLE001 - logged; the prune and the next sweep still happen
             log.exception("watchdog: the sweep failed")
-        try:
-            self.store.prune(self.clock() - KEEP_SENT_S)
-        except Exception:  # noqa: BLE001 - e.g. the file locked past busy_timeout: the next sweep prunes
-            log.exception("watchdog: pruning sent messages failed")
+        self.ledger.prune(self.clock() - KEEP_SENT_S)
+        await self.state_file.flush()  # the sweep's last changes, and a retry of a failing disk
 
     async def stop(self) -> None:
         if self.scheduler is not None and self.scheduler.running:
@@ -366,12 +410,13 @@ class Watchdog:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.state_file.flush()  # what the last sweep decided, on disk before the bot goes
 
 
 async def on_start(services: Any) -> None:
-    """bot.serve's start hook: the store, the watchdog on this loop, both handed to listeners via Services."""
+    """bot.serve's start hook: the state file, the watchdog on this loop, both handed to listeners via Services."""
     if services.store is None:
-        services.store = Store(services.registry.bot.state_db)
+        services.store = StateFile.open(services.registry.bot.state_db)
     # Services.chat is the Web API client; anything with chat_postMessage gets the adapter.
     chat = SlackChat(services.chat) if hasattr(services.chat, "chat_postMessage") else services.chat
     services.watchdog = Watchdog(services.registry, services.targets, services.store, chat,

@@ -67,3 +67,46 @@ def set_age(path: Path, seconds: float) -> None:
     """Make the log look last written `seconds` ago."""
     t = time.time() - seconds
     os.utime(path, (t, t))
+
+
+@contextlib.contextmanager
+def small_filesystem(folder: Path, size_kib: int = 512) -> Iterator[Path | None]:
+    """A tmpfs of `size_kib` mounted at `folder` (root only: yields None where mounting is not allowed).
+
+    For the state file's disk faults: fill it for "disk full", remount it read-only for "read-only"
+    (as root, file permissions alone never stop a write)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        yield None
+        return
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def remount_read_only(folder: Path) -> bool:
+    return subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True).returncode == 0
+
+
+def fill(folder: Path) -> None:
+    """Fill a small filesystem to the last byte."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def immutable(*paths: Path) -> bool:
+    """Make files unwritable even for root (chattr +i); False where the filesystem cannot."""
+    return all(subprocess.run(["chattr", "+i", str(p)], capture_output=True).returncode == 0 for p in paths if p.exists())
+
+
+def mutable(*paths: Path) -> None:
+    for p in paths:
+        subprocess.run(["chattr", "-i", str(p)], capture_output=True)

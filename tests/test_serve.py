@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from bot import cli, serve
+from bot.state_file import StateFile
 from config.registry import load_registry
 from config.settings import Settings
 from tests.slack_stub import (
@@ -31,7 +32,7 @@ from tests.slack_stub import (
     slash_body,
     slash_envelope,
 )
-from tests.standins import fake_nvidia_smi, path_with
+from tests.standins import fake_nvidia_smi, path_with, remount_read_only, small_filesystem
 
 REPO = Path(__file__).resolve().parents[1]
 RUNBOT = Path(sys.executable).with_name("runbot")
@@ -292,14 +293,14 @@ def _settings(slack, port: int | None = None) -> Settings:
 @pytest.mark.parametrize("content, says", [
     ("newer", "written by a newer runbot"),
     ("foreign", "not a runbot state file"),
-    ("garbage", "file is not a database"),
+    ("nofolder", "does its folder exist"),
 ])
 async def test_a_bad_state_file_is_one_line_and_exit_2_before_slack_is_asked(tmp_path, slack, capsys, content, says):
     import sqlite3
 
     state = tmp_path / "state.sqlite3"
-    if content == "garbage":
-        state.write_bytes(b"this is not sqlite at all, " * 100)
+    if content == "nofolder":
+        state = tmp_path / "gone" / "state.sqlite3"
     else:
         db = sqlite3.connect(state)
         db.execute("CREATE TABLE notes (x)" if content == "foreign" else "PRAGMA user_version = 99")
@@ -313,6 +314,43 @@ async def test_a_bad_state_file_is_one_line_and_exit_2_before_slack_is_asked(tmp
     assert err.splitlines() == [err.strip()] and err.startswith(f"runbot: {state}: ") and says in err, err
     assert err.count(str(state)) == 1
     assert slack.posts("auth.test") == []
+
+
+async def test_an_unwritable_state_file_refuses_to_start(tmp_path, slack, capsys):
+    # The bot used to start on a read-only file and fail on the first alert.
+    with small_filesystem(tmp_path / "disk") as disk:
+        if disk is None:
+            pytest.skip("needs root and mount (a tmpfs remounted read-only): as root, permissions stop no write")
+        state = disk / "state.sqlite3"
+        StateFile.open(state).close()
+        assert remount_read_only(disk)
+        config = setup_run(tmp_path)
+        config.write_text(f'[bot]\nstate_db = "{state}"\n' + config.read_text())
+        code = await asyncio.wait_for(serve.serve_async(load_registry(config), _settings(slack), host="127.0.0.1"), 15)
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines() == [err.strip()] and "cannot be written" in err and str(state) in err, err
+    assert slack.posts("auth.test") == []
+
+
+async def test_a_corrupt_state_file_is_moved_aside_and_said_in_the_alert_channel(tmp_path, slack):
+    # Corrupt used to be silent while running and exit 2 on restart: no watchdog until someone deleted it.
+    slack.reset()
+    state = tmp_path / "state.sqlite3"
+    state.write_bytes(b"this is not sqlite at all, " * 100)
+    config = setup_run(tmp_path)
+    config.write_text(f'[bot]\nstate_db = "{state}"\nalert_channel = "C0ALERTS"\n' + config.read_text())
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve.serve_async(load_registry(config), _settings(slack),
+                                                 local_env=path_with(tmp_path / "bin"), stop=stop, host="127.0.0.1"))
+    note = await slack.until(lambda: [p for p in slack.posts("chat.postMessage") if "was corrupt" in p["text"]], 15)
+    stop.set()
+    assert await asyncio.wait_for(task, 15) == 0
+    [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("state.sqlite3.corrupt-")]
+    assert aside.read_bytes().startswith(b"this is not sqlite") and aside.name in note[0]["text"]
+    assert note[0]["channel"] == "C0ALERTS"
+    sqlite3_ok = StateFile.open(state)  # the new file is a sound, empty state file
+    assert sqlite3_ok.ledger.states == {}
+    sqlite3_ok.close()
 
 
 async def test_a_stop_lets_work_in_flight_finish_before_the_hooks_stop(tmp_path, slack, monkeypatch):
@@ -336,7 +374,7 @@ async def test_a_stop_lets_work_in_flight_finish_before_the_hooks_stop(tmp_path,
             self.task = asyncio.create_task(mute_soon())
 
         def on_stop(self, services) -> None:
-            events.append(("stop", services.store.state("dflash") is not None))
+            events.append(("stop", services.store.ledger.state("dflash") is not None))
 
     monkeypatch.setattr(serve, "STARTUP_HOOKS", ["bot.watchdog", InFlight()])
     stop = asyncio.Event()

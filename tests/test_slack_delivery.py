@@ -12,7 +12,7 @@ import pytest
 from bot.app import make_client
 from bot.chat import ChatError, SlackChat
 from bot.slack_http import retry_after
-from bot.store import Store
+from bot.state_file import StateFile
 from bot.targets import Targets
 from bot.watchdog import RETRY_AFTER_CAP_S, Watchdog
 from config.registry import parse_registry
@@ -55,7 +55,7 @@ def lab(tmp_path, stub):
 
     def make(clock=time.time) -> Watchdog:
         chat = SlackChat(make_client(settings))
-        return Watchdog(registry, Targets(registry), Store(tmp_path / "state.sqlite3"), chat, clock=clock)
+        return Watchdog(registry, Targets(registry), StateFile.open(tmp_path / "state.sqlite3"), chat, clock=clock)
 
     return make
 
@@ -89,10 +89,10 @@ async def test_a_dropped_post_is_not_sent_twice_and_the_outbox_adopts_it(lab, st
     with writer_holding(tmp_path / "alpha.log"):
         set_age(tmp_path / "alpha.log", 60)
         await wd.sweep()  # the parent lands, its answer is lost: in doubt
-        assert len(parents(stub)) == 1 and [r.op for r in wd.store.pending()] == ["post"]
+        assert len(parents(stub)) == 1 and [r.op for r in wd.ledger.pending()] == ["post"]
         await wd.sweep()  # looked for by its key on Slack, found, adopted: not posted again
-    assert len(parents(stub)) == 1 and wd.store.pending() == []
-    assert wd.store.thread("alpha", 1)[1] == stub.channel_messages("C0ALERTS")[0]["ts"]  # its thread is the real parent
+    assert len(parents(stub)) == 1 and wd.ledger.pending() == []
+    assert wd.ledger.thread("alpha", 1)[1] == stub.channel_messages("C0ALERTS")[0]["ts"]  # its thread is the real parent
     await wd.stop()
 
 
@@ -174,7 +174,7 @@ async def test_a_command_is_answered_while_slack_rate_limits_the_alerts(lab, stu
         state = await wd.mute(wd.registry.runs["alpha"], time.time() + 600, by="U1")
         assert time.monotonic() - started < 0.5 and state.muted(time.time())
         await wd.settled(timeout=5)
-    assert [r.op for r in wd.store.pending("alpha")] == ["update"]  # the edit waits for Slack, the mute holds
+    assert [r.op for r in wd.ledger.pending("alpha")] == ["update"]  # the edit waits for Slack, the mute holds
     stub.clear_failures()
     await wd.stop()
 
@@ -192,7 +192,7 @@ async def test_a_slack_that_never_answers_costs_a_sweep_one_call_timeout(lab, st
         started = time.monotonic()
         await wd.sweep()
         assert time.monotonic() - started < 3
-    [row] = wd.store.pending("alpha")
+    [row] = wd.ledger.pending("alpha")
     assert row.tried_at is not None  # in doubt: the next attempt looks before it posts
     with pytest.raises(ChatError):
         await wd.chat.post("C0ALERTS", "x", None)

@@ -1,13 +1,16 @@
-"""The SQLite store: states round-trip, the outbox keeps order and doubt, schema versions are checked."""
+"""The watchdog's memory: the ledger's outbox rules, and the state file that keeps it across restarts."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
 
 from bot.alerts import RunState, Status
-from bot.store import SCHEMA_VERSION, Outgoing, Store, StoreError, Watch
+from bot.ledger import Ledger, Outgoing, Watch
+from bot.state_file import StateFile, StateFileError
+from bot.store import SCHEMA_VERSION, Store, StoreError
 
 T0 = 1_800_000_000.0
 STATE = RunState(Status.OPEN, "thread_died:drafter-1", seq=3, announced=True, opened_at=T0, changed_at=T0,
@@ -16,70 +19,106 @@ STATE = RunState(Status.OPEN, "thread_died:drafter-1", seq=3, announced=True, op
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "state.sqlite3")
-    yield s
-    s.close()
+def ledger():
+    return Ledger()
 
 
-def test_a_state_survives_a_restart(tmp_path):
+async def test_a_state_survives_a_restart(tmp_path):
     path = tmp_path / "state.sqlite3"
-    first = Store(path)
-    first.commit("dflash", STATE)
+    first = StateFile.open(path)
+    first.ledger.commit("dflash", STATE)
+    assert await first.flush()
     first.close()  # (kill -9 is the e2e test's business; WAL commits are durable on their own)
-    again = Store(path)
-    assert again.state("dflash") == STATE
-    assert again.states() == {"dflash": STATE}
-    assert again.state("other") is None
+    again = StateFile.open(path)
+    assert again.ledger.state("dflash") == STATE
+    assert again.ledger.states == {"dflash": STATE}
+    assert again.ledger.state("other") is None
+    again.close()
 
 
-def test_queued_messages_wait_for_their_parent(store):
-    store.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1"), Outgoing("reply", {"text": "r"})], now=T0)
-    rows = store.pending("a")
+def test_queued_messages_wait_for_their_parent(ledger):
+    ledger.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1"), Outgoing("reply", {"text": "r"})], now=T0)
+    rows = ledger.pending("a")
     assert [(r.op, r.payload["text"], r.channel, r.parent_ts) for r in rows] == [("post", "p", "C1", None), ("reply", "r", "C1", None)]
     assert len({r.key for r in rows}) == 2 and rows[0].key.startswith("a#3:")
-    store.trying(rows[0].id, T0)
-    assert store.pending("a")[0].tried_at == T0  # in doubt until the outcome is written
-    store.sent(rows[0], "111.1", T0 + 1, channel="C1ID")
-    assert store.thread("a", 3) == ("C1ID", "111.1")
-    [reply] = store.pending("a")
+    ledger.trying(rows[0].id, T0)
+    assert ledger.pending("a")[0].tried_at == T0  # in doubt until the outcome is written
+    ledger.sent(rows[0], "111.1", T0 + 1, channel="C1ID")
+    assert ledger.thread("a", 3) == ("C1ID", "111.1")
+    [reply] = ledger.pending("a")
     assert (reply.op, reply.parent_ts, reply.channel) == ("reply", "111.1", "C1ID")
 
 
-def test_a_failure_keeps_the_row_and_says_whether_it_is_in_doubt(store):
-    [rid] = store.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1")], now=T0)
-    store.trying(rid, T0)
-    store.failed(rid, "HTTP 500", in_doubt=False)
-    [row] = store.pending()
+def test_a_failure_keeps_the_row_and_says_whether_it_is_in_doubt(ledger):
+    [rid] = ledger.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1")], now=T0)
+    ledger.trying(rid, T0)
+    ledger.failed(rid, "HTTP 500", in_doubt=False)
+    [row] = ledger.pending()
     assert (row.attempts, row.tried_at) == (1, None)
-    store.trying(rid, T0 + 5)
-    store.failed(rid, "timed out", in_doubt=True)
-    [row] = store.pending()
+    ledger.trying(rid, T0 + 5)
+    ledger.failed(rid, "timed out", in_doubt=True)
+    [row] = ledger.pending()
     assert (row.attempts, row.tried_at) == (2, T0 + 5)
 
 
-def test_only_the_latest_unsent_edit_is_kept(store):
-    store.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1")], now=T0)
-    store.commit("a", STATE, [Outgoing("update", {"text": "u1"})], now=T0 + 1)
-    store.commit("a", STATE, [Outgoing("reply", {"text": "r"}), Outgoing("update", {"text": "u2"})], now=T0 + 2)
-    assert [r.payload["text"] for r in store.pending("a")] == ["p", "r", "u2"]
+def test_only_the_latest_unsent_edit_is_kept(ledger):
+    ledger.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1")], now=T0)
+    ledger.commit("a", STATE, [Outgoing("update", {"text": "u1"})], now=T0 + 1)
+    ledger.commit("a", STATE, [Outgoing("reply", {"text": "r"}), Outgoing("update", {"text": "u2"})], now=T0 + 2)
+    assert [r.payload["text"] for r in ledger.pending("a")] == ["p", "r", "u2"]
 
 
-def test_a_commit_is_all_or_nothing(store):
-    store.commit("a", STATE)
-    with pytest.raises(sqlite3.IntegrityError):
-        store.commit("a", RunState(seq=9), [Outgoing("bogus", {})])
-    assert store.state("a") == STATE and store.pending() == []
+def test_a_commit_is_all_or_nothing(ledger):
+    ledger.commit("a", STATE)
+    with pytest.raises(ValueError):
+        ledger.commit("a", RunState(seq=9), [Outgoing("reply", {}), Outgoing("bogus", {})])
+    assert ledger.state("a") == STATE and ledger.pending() == []
 
 
-def test_watches_one_per_run(store):
+def test_watches_one_per_run(ledger):
     w = Watch("a", "C1", "1.1", T0, "U1")
-    assert store.start_watch(w, stale_before=T0 - 1800) is None
-    assert store.start_watch(Watch("a", "C2", "2.2", T0 + 5), stale_before=T0 - 1800) == w
-    assert store.start_watch(Watch("a", "C2", "2.2", T0 + 2000), stale_before=T0 + 1) is None  # the old one expired
-    assert [x.channel for x in store.watches()] == ["C2"]
-    store.end_watch("a")
-    assert store.watches() == []
+    assert ledger.start_watch(w, stale_before=T0 - 1800) is None
+    assert ledger.start_watch(Watch("a", "C2", "2.2", T0 + 5), stale_before=T0 - 1800) == w
+    assert ledger.start_watch(Watch("a", "C2", "2.2", T0 + 2000), stale_before=T0 + 1) is None  # the old one expired
+    assert [x.channel for x in ledger.watches()] == ["C2"]
+    ledger.end_watch("a")
+    assert ledger.watches() == []
+
+
+def test_prune_forgets_old_sent_rows_only(ledger):
+    [_, r] = ledger.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1"), Outgoing("reply", {"text": "r"})], now=T0)
+    ledger.sent(ledger.pending()[0], "1.1", T0)
+    assert ledger.prune(T0 + 1) == 1
+    assert [x.id for x in ledger.pending()] == [r]
+
+
+def test_the_last_ts_of_a_thread_is_exact():
+    # Compared as decimals: as doubles, 1796118161.000001 and .000002 can round to one value.
+    ledger = Ledger()
+    [post, reply] = ledger.commit("a", STATE, [Outgoing("post", {}, "C1"), Outgoing("reply", {})], now=T0)
+    ledger.sent(ledger.pending()[0], "1796118161.000001", T0)
+    assert ledger.last_ts("a", 3) == "1796118161.000001"
+    ledger.sent(ledger.pending()[0], "1796118161.000002", T0)
+    assert ledger.last_ts("a", 3) == "1796118161.000002"
+
+
+async def test_every_row_round_trips_through_the_file(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    sf = StateFile.open(path)
+    led = sf.ledger
+    led.commit("a", STATE, [Outgoing("post", {"text": "p", "blocks": [{"type": "x"}]}, "C1"),
+                            Outgoing("reply", {"text": "r"})], now=T0)
+    led.trying(led.pending()[0].id, T0)
+    led.sent(led.pending()[0], "1.000100", T0 + 1, channel="C1ID")
+    led.start_watch(Watch("a", "C1", "1.1", T0, "U1"), stale_before=0)
+    assert await sf.flush()
+    sf.close()
+    again = StateFile.open(path)
+    assert again.ledger.messages == led.messages and again.ledger.incidents == led.incidents
+    assert again.ledger.watch_rows == led.watch_rows and again.ledger.states == led.states
+    [reply] = again.ledger.commit("a", STATE, [Outgoing("reply", {"text": "r2"})], now=T0)
+    assert reply > max(led.messages)  # ids go on from the file's, keys never repeat
+    again.close()
 
 
 def test_schema_is_versioned(tmp_path):
@@ -92,6 +131,8 @@ def test_schema_is_versioned(tmp_path):
     db.close()
     with pytest.raises(StoreError, match="newer runbot"):
         Store(path)
+    with pytest.raises(StateFileError, match="newer runbot"):  # refused, not moved aside: a newer runbot's file
+        StateFile.open(path)
     other = tmp_path / "other.sqlite3"
     db = sqlite3.connect(other)
     db.execute("CREATE TABLE x (y)")
@@ -99,10 +140,39 @@ def test_schema_is_versioned(tmp_path):
     db.close()
     with pytest.raises(StoreError, match="not a runbot state file"):
         Store(other)
+    with pytest.raises(StateFileError, match="not a runbot state file"):  # someone else's database is left alone
+        StateFile.open(other)
 
 
-def test_prune_forgets_old_sent_rows_only(store):
-    [_, r] = store.commit("a", STATE, [Outgoing("post", {"text": "p"}, "C1"), Outgoing("reply", {"text": "r"})], now=T0)
-    store.sent(store.pending()[0], "1.1", T0)
-    assert store.prune(T0 + 1) == 1
-    assert [x.id for x in store.pending()] == [r]
+SCHEMA_1 = """
+CREATE TABLE runs (run TEXT PRIMARY KEY, status TEXT NOT NULL, concern TEXT, seq INTEGER NOT NULL,
+    announced INTEGER NOT NULL, opened_at REAL, changed_at REAL, notified_at REAL, closed_at REAL,
+    healthy INTEGER NOT NULL, headline TEXT NOT NULL, muted_until REAL, muted_by TEXT, streaks TEXT NOT NULL);
+CREATE TABLE incidents (run TEXT NOT NULL, seq INTEGER NOT NULL, channel TEXT NOT NULL, parent_ts TEXT,
+    opened_at REAL NOT NULL, PRIMARY KEY (run, seq));
+CREATE TABLE outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, run TEXT NOT NULL,
+    seq INTEGER NOT NULL, op TEXT NOT NULL CHECK (op IN ('post', 'reply', 'update')), payload TEXT NOT NULL,
+    created_at REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, tried_at REAL, last_error TEXT, sent_at REAL, ts TEXT);
+CREATE INDEX outbox_pending ON outbox (run, id) WHERE sent_at IS NULL;
+CREATE TABLE watches (run TEXT PRIMARY KEY, channel TEXT NOT NULL, ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT);
+PRAGMA user_version=1;
+"""
+
+
+def test_a_schema_1_file_is_read_and_upgraded(tmp_path):
+    # The file the previous runbot wrote: an open incident must keep its thread across the upgrade.
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA_1)
+    db.execute("INSERT INTO runs VALUES ('a', 'open', 'silent', 3, 1, ?, ?, ?, NULL, 0, 'silent 2 min', NULL, NULL, ?)",
+               (T0, T0, T0, json.dumps([["silent", 4]])))
+    db.execute("INSERT INTO incidents VALUES ('a', 3, 'C1', '1.1', ?)", (T0,))
+    db.execute("INSERT INTO outbox (key, run, seq, op, payload, created_at) VALUES ('a#3:1', 'a', 3, 'reply', '{}', ?)", (T0,))
+    db.commit()
+    db.close()
+    sf = StateFile.open(path)
+    state = sf.ledger.state("a")
+    assert (state.status, state.concern, state.seq, state.announced, state.streaks) == (Status.OPEN, "silent", 3, True, (("silent", 4),))
+    [row] = sf.ledger.pending("a")
+    assert (row.key, row.parent_ts) == ("a#3:1", "1.1")
+    sf.close()

@@ -11,7 +11,7 @@ import pytest
 from bot.alerts import Status
 from bot.chat import ChatError, SlackChat
 from bot.runners import RunResult
-from bot.store import Store
+from bot.state_file import StateFile
 from bot.targets import Targets
 from bot.watchdog import Watchdog
 from config.registry import parse_registry
@@ -93,7 +93,7 @@ def lab(tmp_path):
         config = tmp_path / "runs.toml"
         config.write_text(CONFIG.format(timeout=timeout))
         registry = parse_registry(config.read_text(), config)
-        store = store or Store(tmp_path / "state.sqlite3")
+        store = store or StateFile.open(tmp_path / "state.sqlite3")
         return Watchdog(registry, Targets(registry), store, chat or FakeChat(), clock=clock)
     for name in ("alpha", "beta"):
         (tmp_path / f"{name}.log").write_text(STEPS)
@@ -154,11 +154,11 @@ async def test_slack_down_keeps_messages_and_sends_each_once_in_order(lab, tmp_p
         wd.chat.fail_next = 3
         for _ in range(3):
             await wd.sweep()
-        assert wd.chat.posts == [] and len(wd.store.pending("alpha")) == 1
+        assert wd.chat.posts == [] and len(wd.ledger.pending("alpha")) == 1
     log.write_text(OOM)
     await wd.sweep()  # Slack is back: the parent, then the crash in its thread
     [parent] = wd.chat.parents()
-    assert "silent" in parent["text"] and wd.chat.thread(parent["ts"]) and wd.store.pending() == []
+    assert "silent" in parent["text"] and wd.chat.thread(parent["ts"]) and wd.ledger.pending() == []
     await wd.sweep()
     assert len(wd.chat.posts) == 2
 
@@ -170,10 +170,10 @@ async def test_a_post_in_doubt_is_looked_for_not_doubled(lab, tmp_path):
         silent(log)
         wd.chat.lose_answer_next = 1  # it landed, but the bot never heard back
         await wd.sweep()
-        assert len(wd.chat.posts) == 1 and wd.store.pending("alpha")[0].tried_at is not None
+        assert len(wd.chat.posts) == 1 and wd.ledger.pending("alpha")[0].tried_at is not None
         await wd.sweep()
-    assert len(wd.chat.posts) == 1 and wd.store.pending() == []
-    assert wd.store.thread("alpha", 1)[1] == wd.chat.posts[0]["ts"]
+    assert len(wd.chat.posts) == 1 and wd.ledger.pending() == []
+    assert wd.ledger.thread("alpha", 1)[1] == wd.chat.posts[0]["ts"]
 
 
 async def test_without_a_way_to_look_a_post_in_doubt_is_sent_again(lab, tmp_path):
@@ -186,7 +186,7 @@ async def test_without_a_way_to_look_a_post_in_doubt_is_sent_again(lab, tmp_path
         await wd.sweep()
         await wd.sweep()
     assert len(wd.chat.posts) == 2  # at least once: a rare duplicate beats a lost alert
-    assert wd.store.pending() == []
+    assert wd.ledger.pending() == []
 
 
 async def test_a_restart_posts_no_duplicate_and_keeps_the_thread(lab, tmp_path):
@@ -196,7 +196,7 @@ async def test_a_restart_posts_no_duplicate_and_keeps_the_thread(lab, tmp_path):
     with writer_holding(log):
         silent(log)
         await wd.sweep()
-        wd.store.close()  # the bot dies; a new one starts on the same file
+        wd.state_file.close()  # the bot dies; a new one starts on the same file
         wd = lab(chat=chat)
         await wd.sweep()
         assert len(chat.parents()) == 1
@@ -280,7 +280,7 @@ async def test_watch_follows_a_restart_to_its_first_step(lab, tmp_path):
         assert await wd.watch_tick("alpha") == "trained"
     last = wd.chat.updates[-1]["text"]
     assert last == "alpha: starting… → loading weights 15% (131/851) → 60% (511/851) → first step 1 · 14.2K tok/s :white_check_mark:"
-    assert wd.store.watches() == []
+    assert wd.ledger.watches() == []
     _, started = await wd.watch(run, "C0HERE")
     assert started  # the old watch ended, a new one may begin
 
@@ -355,7 +355,7 @@ async def test_slack_adapter_maps_errors_and_reads_metadata():
 def _services(wd):
     from bot.app import Services
 
-    return Services(targets=wd.targets, registry=wd.registry, chat=None, store=wd.store, watchdog=wd, clock=wd.clock)
+    return Services(targets=wd.targets, registry=wd.registry, chat=None, store=wd.state_file, watchdog=wd, clock=wd.clock)
 
 
 async def test_run_mute_unmute_and_watch_commands(lab):
@@ -418,13 +418,13 @@ async def test_a_late_parent_takes_its_thread_with_it_in_one_pass(lab, tmp_path)
     log.write_text(OOM)
     chat.fail_next = 1
     await wd.sweep()  # the crash reply and the edit queue behind it
-    assert [r.op for r in wd.store.pending("alpha")] == ["post", "reply", "update"]
-    wd.store.close()
+    assert [r.op for r in wd.ledger.pending("alpha")] == ["post", "reply", "update"]
+    wd.state_file.close()
     wd = lab(chat=chat)  # a restart once Slack is back: one delivery of alpha's queue
     await wd.deliver("alpha")
     [parent] = chat.parents()
     assert "now crashed" in chat.thread(parent["ts"])[0] and chat.updates[-1]["ts"] == parent["ts"]
-    assert wd.store.pending() == []
+    assert wd.ledger.pending() == []
 
 
 async def test_a_definite_refusal_is_tried_once_a_sweep_then_less_and_less(lab, tmp_path):
@@ -444,7 +444,7 @@ async def test_a_definite_refusal_is_tried_once_a_sweep_then_less_and_less(lab, 
         chat.refuse = None  # the bot was invited: the next try delivers, and every sweep tries again
         for _ in range(8):
             await wd.sweep()
-    assert len(chat.parents()) == 1 and wd.store.pending() == []
+    assert len(chat.parents()) == 1 and wd.ledger.pending() == []
 
 
 async def test_a_refused_queue_is_tried_at_least_every_remind_every(lab, tmp_path):
@@ -474,7 +474,7 @@ async def test_an_unexpected_delivery_error_stays_with_its_run(lab, tmp_path, mo
         silent(tmp_path / "beta.log")
         chat.fail_next = 1
         await wd.sweep()  # one parent fails, and Slack counts as down for the rest of the sweep
-        assert len(wd.store.pending()) == 2
+        assert len(wd.ledger.pending()) == 2
 
         def broken(run, verdict):  # a bug in judging: the runs' own tasks deliver nothing
             raise ValueError("a bug")
@@ -485,13 +485,13 @@ async def test_an_unexpected_delivery_error_stays_with_its_run(lab, tmp_path, mo
         monkeypatch.setattr(wd, "probe", probe)
         monkeypatch.setattr(wd, "judge", broken)
         pruned = []
-        monkeypatch.setattr(wd.store, "prune", lambda before: pruned.append(before) or 0)
+        monkeypatch.setattr(wd.ledger, "prune", lambda before: pruned.append(before) or 0)
         chat.raise_next = [sqlite3.OperationalError("database is locked")]  # not a ChatError
         await wd._scheduled_sweep()  # the backlog pass: the first run's error must not stop the second
-        assert len(chat.parents()) == 1 and len(wd.store.pending()) == 1 and pruned
+        assert len(chat.parents()) == 1 and len(wd.ledger.pending()) == 1 and pruned
         monkeypatch.undo()
         await wd.sweep()  # the row left in doubt is looked for, not found, and sent
-    assert len(chat.parents()) == 2 and wd.store.pending() == []
+    assert len(chat.parents()) == 2 and wd.ledger.pending() == []
 
 
 async def test_a_mute_whose_edit_fails_unexpectedly_still_mutes(lab, tmp_path):
@@ -509,7 +509,7 @@ async def test_a_mute_whose_edit_fails_unexpectedly_still_mutes(lab, tmp_path):
         state = await wd.mute(alpha, time.time() + 600, by="U1")
         await wd.settled()
     assert state.muted(time.time()) and wd.muted_until("alpha") is not None
-    assert [r.op for r in wd.store.pending("alpha")] == ["update"]  # the edit waits for the next sweep
+    assert [r.op for r in wd.ledger.pending("alpha")] == ["update"]  # the edit waits for the next sweep
 
 
 async def test_the_mute_button_answers_privately_when_muting_fails(lab, monkeypatch):
@@ -562,7 +562,7 @@ async def test_times_in_answers_are_slack_dates_in_each_readers_zone(lab, monkey
     assert f"muted: alerts muted until {clock(until)}" in reply.text and clock(until).endswith(" UTC")
     reply, _, _ = await dispatch(services, "U1", "C0TEAM", "watch alpha")
     reply, _, _ = await dispatch(services, "U2", "C0TEAM", "watch alpha")
-    started = wd.store.watches()[0].started_at
+    started = wd.ledger.watches()[0].started_at
     assert f"already being watched (since {token(started)})" in reply.text
 
     sent = []

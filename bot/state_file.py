@@ -1,0 +1,223 @@
+"""The watchdog's memory on disk: the ledger answers from memory, one worker thread writes it to SQLite within a deadline (shell).
+
+A failing disk costs durability, never an alert: when a write fails (read-only, full, frozen,
+corrupt, the file deleted under the bot) the ledger carries on in memory, the fault is said once
+(in the log and, through `on_note`, in the alert channel), and every flush after tries to put the
+whole ledger back on disk, saying so once when it can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bot.ledger import Ledger
+from bot.store import Store, StoreError
+
+log = logging.getLogger("runbot.state")
+
+DISK_DEADLINE_S = 5.0  # one write of the state file; past it the disk counts as failing (frozen NFS, a dying disk)
+# How often the file's header is looked at: SQLite keeps writing to its WAL without rereading the
+# main file, so a file overwritten under the bot would otherwise go unnoticed until a restart.
+HEADER_CHECK_EVERY_S = 10.0
+SQLITE_HEADER = b"SQLite format 3\0"
+
+
+class StateFileError(RuntimeError):
+    """The state file cannot be used at start (unwritable, another program's database, a newer schema)."""
+
+
+def _aside(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return path.with_name(f"{path.name}.corrupt-{stamp}")
+
+
+class StateFile:
+    """The ledger and its SQLite mirror. Reads and mutations go to `ledger` (memory, no waiting);
+    `await flush()` writes what changed. Use `StateFile.open(path)`."""
+
+    def __init__(self, path: str | os.PathLike[str], store: Store | None, ledger: Ledger, *,
+                 deadline: float = DISK_DEADLINE_S, on_note: Callable[[str], None] | None = None) -> None:
+        self.path = Path(path)
+        self.ledger = ledger
+        self.deadline = deadline
+        self.on_note = on_note or (lambda text: None)
+        self.fault: str | None = None  # what is wrong with the disk right now (None: the file is current)
+        self.notes: list[str] = []  # said at start (a corrupt file moved aside), for the watchdog to post
+        self._store = store
+        self._identity = _identity(self.path)
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runbot-state")
+        self._busy: asyncio.Future | None = None  # the write in the worker thread, if any
+        self._turn: asyncio.Lock | None = None  # one flush at a time: each returns True only once its changes are written
+        self._rewrite = False  # the file no longer holds what the ledger held: write it whole
+        self._corrupt = False  # SQLite says the file is damaged: move it aside before rewriting
+        self._lost = False  # the file was deleted or replaced under the bot (said once the rewrite is done)
+        self._header_checked = time.monotonic()
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], **kw) -> StateFile:
+        """Load the file (creating it), refusing what cannot be used with one clear StateFileError.
+
+        A corrupt file is moved aside and runbot starts with an empty memory, saying so in `notes`
+        (as Alertmanager does): a watchdog that refuses to start alerts nobody."""
+        path = Path(path)
+        notes = []
+        try:
+            store = _open_checked(path)
+        except StoreError as exc:
+            raise StateFileError(str(exc)) from None
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and not path.exists():
+                raise StateFileError(f"{path}: {exc} (does its folder exist, and may runbot write there?)") from None
+            if isinstance(exc, sqlite3.OperationalError) and "corrupt" not in str(exc) and "malformed" not in str(exc):
+                raise StateFileError(f"{path}: cannot be written: {exc} (a read-only file, folder or disk?)") from None
+            moved = _aside(path)
+            for suffix in ("", "-wal", "-shm"):
+                if Path(f"{path}{suffix}").exists():
+                    os.replace(f"{path}{suffix}", f"{moved}{suffix}")
+            note = (f"runbot's state file {path} was corrupt ({exc}); it was moved aside to {moved.name} and runbot "
+                    "started with no memory of earlier alerts: an incident still open may be posted again")
+            log.error(note)
+            notes.append(note)
+            try:
+                store = _open_checked(path)
+            except (StoreError, sqlite3.Error) as again:
+                raise StateFileError(f"{path}: {again}") from None
+        try:
+            store.writable()
+            ledger = store.load()
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            store.close()
+            raise StateFileError(f"{path}: cannot be written: {exc}") from None
+        state_file = cls(path, store, ledger, **kw)
+        state_file.notes = notes
+        return state_file
+
+    # --- writing ------------------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self.fault is None
+
+    async def flush(self) -> bool:
+        """Write what changed since the last flush; True when the file now holds the whole ledger.
+
+        Never raises, and waits at most about two deadlines (its turn, then its write). While the
+        disk fails this returns False and the ledger keeps everything; each call tries again
+        (unless the last write is still stuck in the worker thread)."""
+        self._turn = self._turn or asyncio.Lock()
+        try:
+            await asyncio.wait_for(self._turn.acquire(), self.deadline)
+        except asyncio.TimeoutError:
+            return False
+        try:
+            return await self._flush()
+        finally:
+            self._turn.release()
+
+    async def _flush(self) -> bool:
+        if self._busy is not None and not self._busy.done():
+            return False  # a write is stuck (a frozen disk): do not pile more on it
+        changes = self.ledger.take_changes()
+        if time.monotonic() - self._header_checked >= HEADER_CHECK_EVERY_S:
+            self._header_checked = time.monotonic()
+            if self.path.exists() and not _looks_like_sqlite(self.path):
+                self._fail(f"{self.path} is no longer an SQLite file (overwritten or damaged)", corrupt=True)
+        if not self._lost and _identity(self.path) != self._identity:
+            self._lost, self._rewrite = True, True
+            log.error("state file %s was deleted or replaced while runbot was running; rewriting it from memory", self.path)
+        if self._rewrite or self.fault is not None:
+            snapshot = self.ledger.snapshot()  # taken here: the loop goes on changing the ledger meanwhile
+            job: Callable[[], None] = lambda: self._write_all(snapshot)  # noqa: E731
+        elif not changes:
+            return True
+        else:
+            job = lambda: self._store.apply(changes)  # type: ignore[union-attr]  # noqa: E731
+        self._busy = asyncio.get_running_loop().run_in_executor(self._pool, job)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._busy), self.deadline)
+        except asyncio.TimeoutError:
+            self._fail(f"a write to {self.path} took longer than {self.deadline:g} s")
+            return False
+        except sqlite3.DatabaseError as exc:
+            self._fail(f"{self.path}: {exc}", corrupt=not isinstance(exc, sqlite3.OperationalError))
+            return False
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            self._fail(f"{self.path}: {exc}")
+            return False
+        self._recovered()
+        return True
+
+    def _recovered(self) -> None:
+        if self.fault is not None:
+            log.warning("state file %s is written again (the fault was: %s)", self.path, self.fault)
+            self.on_note(f"runbot's state file {self.path} is written again; alerts are durable again")
+        elif self._lost:
+            self.on_note(f"runbot's state file {self.path} was deleted or replaced while runbot was running; "
+                         f"what runbot remembers ({len(self.ledger.states)} runs, their incidents and threads) "
+                         "is written to a new one")
+        self.fault, self._rewrite, self._lost = None, False, False
+
+    def _write_all(self, snapshot: Ledger) -> None:
+        """In the worker thread: (re)open the file if it is gone, replaced or damaged, then write it whole."""
+        if self._store is None or self._corrupt or _identity(self.path) != self._identity:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+            if self._corrupt and self.path.exists():
+                os.replace(self.path, _aside(self.path))
+            self._store = Store(self.path)
+            self._identity = _identity(self.path)
+            self._corrupt = False
+        self._store.dump(snapshot)
+
+    def _fail(self, fault: str, *, corrupt: bool = False) -> None:
+        self._rewrite = True  # whatever half-happened, the next successful write is a whole one
+        self._corrupt = self._corrupt or corrupt
+        if self.fault is None:
+            log.error("state file failing: %s — alerts go on from memory; runbot retries every sweep", fault)
+            self.on_note(f"runbot's state file is failing ({fault}); alerts go on from memory, but a restart now "
+                         "would forget open incidents. runbot retries every sweep and says so here when it can write again")
+        self.fault = fault
+
+    def close(self) -> None:
+        """Close the file (waiting a moment for a write still in the worker thread)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._store is not None and (self._busy is None or self._busy.done()):
+            self._store.close()
+
+
+def _open_checked(path: Path) -> Store:
+    """Open the file and let SQLite vouch for it (a torn or overwritten file fails here, not mid-sweep)."""
+    store = Store(path)
+    try:
+        if fault := store.check():
+            raise sqlite3.DatabaseError(f"database disk image is malformed: {fault}")
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _looks_like_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return True  # unreadable is the writes' to find out and say
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
