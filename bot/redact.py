@@ -10,15 +10,22 @@ MARK = "[redacted]"
 # end of the text), DCS/SOS/PM/APC strings, then any other two-byte (or nF) escape; a lone
 # trailing ESC goes too. The 8-bit C1 forms of CSI/OSC are stripped whole, not just their
 # introducer, so no "[32m" debris is left behind.
+_OSC = r"(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
 _ANSI = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
-    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    rf"|{_OSC}"
     r"|(?:\x1b[PX^_]|[\x90\x98\x9e\x9f])[^\x1b\x9c]*(?:\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
 # C0 except \t and \n, DEL, C1; and bidi overrides/isolates, which can make a line display
 # something other than what it says (the "Trojan Source" trick).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What printable() deletes: colours (SGR) and OSC strings (titles, hyperlinks) are zero-width.
+_ZERO_WIDTH = re.compile(rf"(?:\x1b\[|\x9b)[0-9;:]*m|{_OSC}")
+# What it turns into one space: every other escape (a cursor move can display as a space) and
+# control character. Deleting them could glue a key to its value (`--password\x07hunter2`) and
+# defeat key=value redaction; a space keeps apart what the terminal showed apart.
+_GAP = re.compile(f"(?:{_ANSI.pattern}|{_CONTROL.pattern})+")
 
 
 def strip_ansi(text: str) -> str:
@@ -26,10 +33,11 @@ def strip_ansi(text: str) -> str:
 
 
 def printable(text: str) -> str:
-    """strip_ansi, then drop control characters other than tab and newline (U+FFFD stays)."""
+    """Colours and OSC strings deleted; other escapes and control characters other than tab and
+    newline become a space, a run of them one space (U+FFFD stays)."""
     if text.isprintable():  # the common line: no escape, no control character; skip two regexes
         return text
-    return _CONTROL.sub("", strip_ansi(text))
+    return _GAP.sub(" ", _ZERO_WIDTH.sub("", text))
 
 
 # Tokens with a fixed shape: keep the prefix so a reader still knows what leaked. The

@@ -29,14 +29,18 @@ def test_strip_ansi(raw: str, expected: str) -> None:
 
 
 PRINTABLE = [
-    ("a\x00b", "ab"),
+    ("a\x00b", "a b"),
     ("tab\tand\nnewline", "tab\tand\nnewline"),
-    ("bar 10%\rbar 20%", "bar 10%bar 20%"),
-    ("bell\x07 del\x7f c1\x85", "bell del c1"),
-    ("\x1b[31mred\x1b[0m\x08", "red"),
+    ("bar 10%\rbar 20%", "bar 10% bar 20%"),
+    ("bell\x07 del\x7f c1\x85", "bell  del  c1 "),
+    ("\x1b[31mred\x1b[0m\x08", "red "),
+    ("no\x1b[1;32mgap\x1b[m here", "nogap here"),  # colours are zero-width: deleted, never a space
+    ("\x1b]8;;https://x.y\x1b\\link\x1b]8;;\x1b\\ text", "link text"),  # so are OSC titles and hyperlinks
+    ("a\x1b[2Kb\x1b[1Cc\x1b[?25ld", "a b c d"),  # other escapes may move the cursor: a space
+    ("one\x00\x00\x07\x1b[1Ctwo", "one two"),  # a run of them is one space
     ("bad bytes \ufffd\ufffd kept", "bad bytes \ufffd\ufffd kept"),
     ("unicode ✓ █▌ ok", "unicode ✓ █▌ ok"),
-    ("bidi \u202eevil\u202c", "bidi evil"),
+    ("bidi \u202eevil\u202c", "bidi  evil "),
 ]
 
 
@@ -120,7 +124,24 @@ def test_slack_escape(raw: str, expected: str) -> None:
 
 
 def test_clean_line_strips_then_redacts() -> None:
-    assert clean_line("\x1b[33mtoken=\x1b[0mabc\x00 step=1\r") == "token=[redacted] step=1"
+    assert clean_line("\x1b[33mtoken=\x1b[0mabc\x00 step=1\r") == "token=[redacted]  step=1 "
+
+
+# A control character deleted outright would glue a key to its value and defeat key=value
+# redaction; one that becomes a space keeps them apart, as the terminal showed them.
+GLUED = [
+    ("--password\x07hunter2", "--password [redacted]"),
+    ("password=\x00hunter2", "password= [redacted]"),
+    ("token\x0b=\x0bsecret", "token = [redacted]"),
+    ("API_KEY:\x1b[1Cabcdef123456", "API_KEY: [redacted]"),  # cursor forward: displays as a space
+    ("--hf-token\x9b1Cabc123", "--hf-token [redacted]"),  # the same move, as an 8-bit C1 CSI
+    ("--password\u2066hunter2", "--password [redacted]"),  # a bidi isolate is no glue either
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), GLUED)
+def test_controls_cannot_glue_a_key_to_its_value(raw: str, expected: str) -> None:
+    assert clean_line(raw) == expected
 
 
 secretish = st.lists(
