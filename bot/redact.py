@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 MARK = "[redacted]"
 
@@ -50,8 +51,24 @@ _SHAPED = re.compile(
     r"|(?<![A-Za-z0-9])(?P<p5>github_pat_)[A-Za-z0-9_]{20,}"
     r"|(?<![A-Za-z0-9])(?P<p6>AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"
     r"|(?<![A-Za-z0-9])(?P<p7>sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}"
-    r"|(?P<p8>-----BEGIN [A-Z ]*PRIVATE KEY-----).*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
-    re.DOTALL,
+)
+
+# Private-key blocks span lines, so they are matched over the whole text (as gitleaks and
+# trufflehog do): BEGIN, then the body, then END or the end of what we have. The body is lines
+# of base64 (or PEM headers), which may carry torchrun prefixes or be joined by an escaped \n
+# inside a JSON string (a GCP service-account file); on BEGIN's own line, base64 words separated
+# by spaces (`echo $KEY` turns newlines into spaces). Whole lines only, so a header quoted in an
+# error message does not swallow the lines after it. A body with no BEGIN (the window starts
+# inside the block) goes too, up to its END line.
+_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
+_RANK = r"(?:[ \t]*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:))*+[ \t]*+"
+_B64 = r"[A-Za-z0-9+/=]++"
+_PEM_LINE = rf"(?:{_BREAK}{_RANK})++(?:{_B64}|(?:Proc-Type|DEK-Info|Comment|Version|Hash):[^\n\\]*+)[ \t]*+(?={_BREAK}|\Z|-----END)"
+_END = r"-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+_PEM = re.compile(
+    rf"(?P<p>(?>-----BEGIN[ A-Z0-9_-]{{0,100}}PRIVATE KEY(?: BLOCK)?-----))(?!{re.escape(MARK)})"
+    rf"(?:[ \t]*+{_B64})*+(?:{_PEM_LINE})*+(?:[ \t]*+(?:{_BREAK}{_RANK})*+{_END})?"
+    rf"|(?m:^)(?P<p2>{_RANK}){_B64}(?:{_BREAK}{_RANK}{_B64})*+(?={_BREAK}{_RANK}{_END})"
 )
 # Credentials announced by their context rather than their shape.
 _CONTEXT = re.compile(
@@ -94,9 +111,18 @@ def _kv(m: re.Match[str]) -> str:
 
 def redact_secrets(text: str) -> str:
     """Replace credentials with a marker that keeps a recognisable prefix (`hf_[redacted]`)."""
+    if "PRIVATE KEY" in text:
+        text = _PEM.sub(_shaped, text)
     text = _SHAPED.sub(_shaped, text)
     text = _CONTEXT.sub(_shaped, text)
     return _KV.sub(_kv, text)
+
+
+def redact_lines(lines: Iterable[str]) -> list[str]:
+    """Redact lines shown together as one text, so that a secret spanning lines (a private-key
+    block) goes whole. A redacted block leaves one line where it had several."""
+    lines = list(lines)
+    return redact_secrets("\n".join(lines)).split("\n") if lines else []
 
 
 def slack_escape(text: str) -> str:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.redact import clean_line, printable, redact_secrets, slack_escape, strip_ansi
+from tests.builders import KEY_BODY
+from bot.redact import MARK, clean_line, printable, redact_lines, redact_secrets, slack_escape, strip_ansi
 
 ANSI = [
     ("\x1b[32mstep=1\x1b[0m", "step=1"),
@@ -109,6 +110,78 @@ def test_redact_leaves_training_lines_alone(line: str) -> None:
     assert redact_secrets(line) == line
 
 
+# -- private-key blocks span lines: redacted over the whole text ---------------------------
+
+BODY = KEY_BODY
+BEFORE, AFTER = "step=1 loss=2.0 tok/s=900", "step=2 loss=1.9 tok/s=905"
+KINDS = ["RSA PRIVATE KEY", "EC PRIVATE KEY", "DSA PRIVATE KEY", "OPENSSH PRIVATE KEY", "ENCRYPTED PRIVATE KEY",
+         "PRIVATE KEY", "PGP PRIVATE KEY BLOCK"]
+
+
+def assert_no_key_material(out: list[str]) -> None:
+    text = "\n".join(out)
+    for line in BODY:
+        assert line[:8] not in text and line[-8:] not in text, out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_key_block_goes_whole(kind: str) -> None:
+    lines = [BEFORE, f"-----BEGIN {kind}-----", *BODY, f"-----END {kind}-----", AFTER]
+    assert redact_lines(lines) == [BEFORE, f"-----BEGIN {kind}-----{MARK}", AFTER]
+
+
+def test_a_legacy_encrypted_block_with_headers_goes_whole() -> None:
+    lines = [BEFORE, "-----BEGIN RSA PRIVATE KEY-----", "Proc-Type: 4,ENCRYPTED",
+             "DEK-Info: AES-128-CBC,3F17F5316E2BAC89E1F5A3C2D4B6E8F0", "", *BODY, "-----END RSA PRIVATE KEY-----", AFTER]
+    assert redact_lines(lines) == [BEFORE, f"-----BEGIN RSA PRIVATE KEY-----{MARK}", AFTER]
+
+
+def test_a_block_cut_off_by_the_window_goes_to_the_end() -> None:
+    lines = [BEFORE, "-----BEGIN OPENSSH PRIVATE KEY-----", *BODY[:2], BODY[2][:5]]
+    assert redact_lines(lines) == [BEFORE, f"-----BEGIN OPENSSH PRIVATE KEY-----{MARK}"]
+
+
+def test_a_key_in_a_json_string_with_escaped_newlines() -> None:
+    key = "-----BEGIN PRIVATE KEY-----\\n" + "\\n".join(BODY) + "\\n-----END PRIVATE KEY-----\\n"
+    lines = ["{", '  "type": "service_account",', f'  "private_key": "{key}",', '  "client_id": "1234567890"', "}"]
+    out = redact_lines(lines)
+    assert out[:2] == lines[:2] and out[3:] == lines[3:]
+    assert out[2] == f'  "private_key": "-----BEGIN PRIVATE KEY-----{MARK}\\n",'
+    assert redact_secrets(lines[2]) == out[2]  # on one line too
+
+
+def test_a_block_whose_lines_carry_rank_prefixes() -> None:
+    lines = [f"[rank0]:{x}" for x in [BEFORE, "-----BEGIN EC PRIVATE KEY-----", *BODY, "-----END EC PRIVATE KEY-----", AFTER]]
+    assert redact_lines(lines) == [f"[rank0]:{BEFORE}", f"[rank0]:-----BEGIN EC PRIVATE KEY-----{MARK}", f"[rank0]:{AFTER}"]
+
+
+@pytest.mark.parametrize("prefix", ["", "[rank1]:", "[default0]: "])
+def test_a_window_that_starts_inside_a_block(prefix: str) -> None:
+    """The BEGIN line fell before the window: the body lines before an END line go too."""
+    lines = [prefix + x for x in [*BODY, "-----END RSA PRIVATE KEY-----", AFTER]]
+    out = redact_lines(lines)
+    assert out == [prefix + MARK, prefix + "-----END RSA PRIVATE KEY-----", prefix + AFTER]
+    assert_no_key_material(out)
+
+
+def test_a_block_interrupted_by_another_ranks_line_still_goes() -> None:
+    lines = ["-----BEGIN RSA PRIVATE KEY-----", BODY[0], "[rank1]:step=7 loss=2.0", *BODY[1:], "-----END RSA PRIVATE KEY-----"]
+    out = redact_lines(lines)
+    assert "[rank1]:step=7 loss=2.0" in out
+    assert_no_key_material(out)
+
+
+def test_a_header_quoted_in_an_error_does_not_swallow_the_lines_after_it() -> None:
+    lines = ["ValueError: expected '-----BEGIN PRIVATE KEY-----' in key.pem", AFTER]
+    assert redact_lines(lines) == [f"ValueError: expected '-----BEGIN PRIVATE KEY-----{MARK}' in key.pem", AFTER]
+
+
+def test_redact_lines_keeps_ordinary_lines_as_they_are() -> None:
+    assert redact_lines([]) == []
+    assert redact_lines(["", BEFORE, "", AFTER, ""]) == ["", BEFORE, "", AFTER, ""]
+    assert redact_lines([BEFORE, "password=hunter2"]) == [BEFORE, "password=[redacted]"]
+
+
 ESCAPES = [
     ("<!channel> deploy", "&lt;!channel&gt; deploy"),
     ("<@U123> & <#C1|x>", "&lt;@U123&gt; &amp; &lt;#C1|x&gt;"),
@@ -146,7 +219,9 @@ def test_controls_cannot_glue_a_key_to_its_value(raw: str, expected: str) -> Non
 
 secretish = st.lists(
     st.sampled_from(["password", "token", "=", ":", " ", "'", '"', "--", "hf_", "xoxb-", "AKIA", "ghp_", "[redacted]",
-                     "Bearer ", "Authorization: ", "wandb login ", "abcdefghij" * 4, "0123456789", "-", "_", "@", "://"]),
+                     "Bearer ", "Authorization: ", "wandb login ", "abcdefghij" * 4, "0123456789", "-", "_", "@", "://",
+                     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "\n", "\\n", "[rank0]:",
+                     "MIIEowIBAAKCAQEA", "Proc-Type: 4,ENCRYPTED"]),
     max_size=20,
 ).map("".join)
 
@@ -155,6 +230,7 @@ secretish = st.lists(
 def test_functions_never_raise(text: str) -> None:
     for f in (strip_ansi, printable, redact_secrets, slack_escape, clean_line):
         assert isinstance(f(text), str)
+    assert isinstance(redact_lines(text.split("\n")), list)
 
 
 @given(st.one_of(st.text(), secretish))
