@@ -104,6 +104,9 @@ RULES = (
 _EDGE_L, _EDGE_R = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
 _SHAPED = re.compile(_EDGE_L + "(?:" + "|".join(r.keep + r.secret for r in RULES) + ")" + _EDGE_R)
 _EACH = [re.compile(f"(?P<keep>{r.keep}){r.secret}{_EDGE_R}") for r in RULES]
+# A bare AWS secret access key has no prefix: 40 base64 characters on the line of its key id.
+_AWS_ID_REDACTED = re.compile(r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)" + re.escape(MARK))
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{40}(?![A-Za-z0-9+/=])")
 
 # Private-key blocks span lines, so they are matched over the whole text (as gitleaks and
 # trufflehog do): BEGIN, then the body, then END or the end of what we have. The body is lines
@@ -125,7 +128,8 @@ _PEM = re.compile(
 # key=value, key: value, "key": "value", --key value. The key must *end* with one of these
 # words, so `tokens=1024` and `max_new_tokens=` (plural) never match; the suffix list keeps
 # WANDB_API_KEY, HF_TOKEN, aws_secret_access_key, SLACK_SIGNING_SECRET…
-_KEYWORDS = r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
+_KEYWORDS = (r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
+             r"|session[_-]?token|account[_-]?key")  # AWS STS's SessionToken; Azure's AccountKey=
 _KV = re.compile(
     rf"(?<![A-Za-z0-9_.-])(?P<key>(?P<dash>--?)?(?:[A-Za-z0-9]+[_.-])*?(?i:{_KEYWORDS}))"
     r"(?P<sep>['\"]?[ \t]*[:=][ \t]*|(?(dash)[ \t]+|(?!)))"  # `--password hunter2`: only flags take a space
@@ -149,6 +153,11 @@ def _shaped(m: re.Match[str]) -> str:
     return _SHAPED.sub(_shaped, keep) + MARK
 
 
+def _aws_secrets(text: str) -> str:
+    lines = text.split("\n")
+    return "\n".join(_AWS_SECRET.sub(MARK, line) if _AWS_ID_REDACTED.search(line) else line for line in lines)
+
+
 def _kv(m: re.Match[str]) -> str:
     key, value = m["key"], m["qv"] if m["q"] else m["v"]
     if MARK in value or _NOT_SECRET.fullmatch(key.lstrip("-")):
@@ -165,6 +174,8 @@ def redact_secrets(text: str) -> str:
     if "PRIVATE KEY" in text:
         text = _PEM.sub(_pem, text)
     text = _SHAPED.sub(_shaped, text)
+    if _AWS_ID_REDACTED.search(text):
+        text = _aws_secrets(text)
     return _KV.sub(_kv, text)
 
 

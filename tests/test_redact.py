@@ -82,6 +82,8 @@ SECRETS = [
     ("{'api_key': 'sk-live-0123', 'model': 'llama'}", "{'api_key': '[redacted]', 'model': 'llama'}"),
     ("Secret=top APIKEY: k1 Access_Key=k2", "Secret=[redacted] APIKEY: [redacted] Access_Key=[redacted]"),
     ("SLACK_SIGNING_SECRET=8f742231b10e8888abcd99yyyzzz85a5", "SLACK_SIGNING_SECRET=[redacted]"),
+    ("DefaultEndpointsProtocol=https;AccountName=ml;AccountKey=Zm9vYmFy+/==;EndpointSuffix=core.windows.net",
+     "DefaultEndpointsProtocol=https;AccountName=ml;AccountKey=[redacted];EndpointSuffix=core.windows.net"),
     ("https://user:pa55word@pypi.internal/simple", "https://user:[redacted]@pypi.internal/simple"),
     (f"git clone https://{GHP}:x-oauth-basic@github.com/o/r", "git clone https://ghp_[redacted]:[redacted]@github.com/o/r"),
     ("url?token=abc123&page=2", "url?token=[redacted]&page=2"),
@@ -106,6 +108,7 @@ ORDINARY = [
 # One row per rule in bot.redact.RULES: (rule, a line with the secret, what is left of it, a
 # near miss from ordinary text that must stay as it is). Made-up tokens of the right shape.
 A36, H32, H64 = "aB3dE6gH9jK2mN5pQ8rS1tV4wX7yZ0bC3dE6", "0123456789abcdef" * 2, "0123456789abcdef" * 4
+B64_40 = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 RULE_CASES = [
     ("slack-config-token", "refresh xoxe.xoxp-1-" + A36, "refresh xoxe.xoxp-[redacted]", "xoxe.xoxp-1 in the docs"),
@@ -172,6 +175,28 @@ def test_rules_have_no_capturing_groups() -> None:
 def test_rule(name: str, raw: str, expected: str, near_miss: str) -> None:
     assert redact_secrets(raw) == expected
     assert redact_secrets(near_miss) == near_miss
+
+
+AWS = [
+    (f"AKIAIOSFODNN7EXAMPLE {B64_40}", "AKIA[redacted] [redacted]"),  # `aws configure list`, a credentials CSV
+    (f"alice,,ASIAY34FZKBOKMUTVV7A,{B64_40}", "alice,,ASIA[redacted],[redacted]"),
+    (f"secret {B64_40} for AKIAIOSFODNN7EXAMPLE", "secret [redacted] for AKIA[redacted]"),
+    (f"aws_secret_access_key: {B64_40}", "aws_secret_access_key: [redacted]"),
+    (f'{{"aws_secret_access_key": "{B64_40}"}}', '{"aws_secret_access_key": "[redacted]"}'),
+    (f"aws configure set --aws-secret-access-key {B64_40}", "aws configure set --aws-secret-access-key [redacted]"),
+    (f'"SecretAccessKey": "{B64_40}", "SessionToken": "FwoGZXIvYXdzEBY{A36}"',
+     '"SecretAccessKey": "[redacted]", "SessionToken": "[redacted]"'),  # `aws sts get-session-token`
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), AWS)
+def test_aws_secret_keys(raw: str, expected: str) -> None:
+    assert redact_secrets(raw) == expected
+
+
+def test_a_40_character_word_without_an_aws_key_id_is_no_secret() -> None:
+    line = f"HEAD is now at 3f1c2b9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a; saved {B64_40[:20]}/{B64_40[20:]}"
+    assert redact_secrets(line) == line
 
 
 # Ordinary training output, as it comes: nothing in it is a secret, so nothing may change.
@@ -327,7 +352,8 @@ secretish = st.lists(
     st.sampled_from(["password", "token", "=", ":", " ", "'", '"', "--", "hf_", "xoxb-", "AKIA", "ghp_", "[redacted]",
                      "Bearer ", "Authorization: ", "wandb login ", "abcdefghij" * 4, "0123456789", "-", "_", "@", "://",
                      "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "\n", "\\n", "[rank0]:",
-                     "MIIEowIBAAKCAQEA", "Proc-Type: 4,ENCRYPTED", "eyJhbGciOiJIUzI1NiJ9.", "SG.", "sk-ant-"]),
+                     "MIIEowIBAAKCAQEA", "Proc-Type: 4,ENCRYPTED", "AKIAIOSFODNN7EXAMPLE",
+                     "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "eyJhbGciOiJIUzI1NiJ9.", "SG.", "sk-ant-"]),
     max_size=20,
 ).map("".join)
 
