@@ -1,8 +1,9 @@
 """What redaction costs on every answer: a 64 KiB window of ordinary training-log lines, cleaned and redacted.
 
 Times `redact_secrets(printable(line))` line by line (what the renderers did per tail line) and, where
-the module has it, `redact_lines` over the same lines as one text; then one window that does carry a
-few secrets, so the slow path is timed too.
+the module has it, `redact_lines` over the same lines as one text; on a mixed window (training,
+NCCL, download, wandb, vLLM lines), the same with three secrets in it, and a window of nothing but
+step lines (no candidate at all: the fast path).
 
     .venv/bin/python bench/redact.py [--kib 64] [--repeat 30]
 """
@@ -40,10 +41,13 @@ SECRETS = [
 ]
 
 
-def window(kib: int, extra: list[str] = ()) -> list[str]:
+STEPS = ["step={i} loss=2.{i:04d} tok/s=41{i:03d} elapsed={i}.4s"]
+
+
+def window(kib: int, extra: list[str] = (), kinds: list[str] = ORDINARY) -> list[str]:
     lines, size, i = [], 0, 0
     while size < kib * 1024:
-        line = ORDINARY[i % len(ORDINARY)].format(i=i % 97)
+        line = kinds[i % len(kinds)].format(i=i % 97)
         lines.append(line)
         size += len(line.encode()) + 1
         i += 1
@@ -71,18 +75,18 @@ def main() -> None:
     ap.add_argument("--kib", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args()
-    plain, dirty = window(args.kib), window(args.kib, SECRETS)
+    plain, dirty, steps = window(args.kib), window(args.kib, SECRETS), window(args.kib, kinds=STEPS)
     ways = [("per line", per_line)]
     if hasattr(redact, "redact_lines"):
         ways.append(("redact_lines", lambda lines: redact.redact_lines([redact.printable(x) for x in lines])))
     print(f"{len(plain)} lines, {sum(len(x) + 1 for x in plain)} characters")
-    print(f"{'how':<14} {'ordinary ms':>12} {'3 secrets ms':>13}")
+    print(f"{'how':<14} {'mixed ms':>9} {'3 secrets ms':>13} {'steps only ms':>14}")
     results = {}
     for name, fn in ways:
-        results[name] = (timed(fn, plain, args.repeat), timed(fn, dirty, args.repeat))
-        print(f"{name:<14} {results[name][0]:>12.2f} {results[name][1]:>13.2f}")
-    print("RESULT " + " ".join(f"{n.replace(' ', '_')}_ms={a:.2f} {n.replace(' ', '_')}_secrets_ms={b:.2f}"
-                              for n, (a, b) in results.items()))
+        results[name] = [timed(fn, lines, args.repeat) for lines in (plain, dirty, steps)]
+        print(f"{name:<14} {results[name][0]:>9.2f} {results[name][1]:>13.2f} {results[name][2]:>14.2f}")
+    print("RESULT " + " ".join(f"{n.replace(' ', '_')}_ms={a:.2f} {n.replace(' ', '_')}_secrets_ms={b:.2f} "
+                              f"{n.replace(' ', '_')}_steps_ms={c:.2f}" for n, (a, b, c) in results.items()))
 
 
 if __name__ == "__main__":

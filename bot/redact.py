@@ -130,6 +130,10 @@ _PEM = re.compile(
 # WANDB_API_KEY, HF_TOKEN, aws_secret_access_key, SLACK_SIGNING_SECRET…
 _KEYWORDS = (r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
              r"|session[_-]?token|account[_-]?key")  # AWS STS's SessionToken; Azure's AccountKey=
+# Every _KEYWORDS match contains one of these. _KV never crosses a line, and most log lines hold
+# none of them: `in` on the casefolded line (which, like re's IGNORECASE, takes ſ for s and the
+# Kelvin sign for k) skips those for far less than the _KV scan costs.
+_KV_HINTS = ("pass", "token", "secret", "key")
 _KV = re.compile(
     rf"(?<![A-Za-z0-9_.-])(?P<key>(?P<dash>--?)?(?:[A-Za-z0-9]+[_.-])*?(?i:{_KEYWORDS}))"
     r"(?P<sep>['\"]?[ \t]*[:=][ \t]*|(?(dash)[ \t]+|(?!)))"  # `--password hunter2`: only flags take a space
@@ -158,6 +162,11 @@ def _aws_secrets(text: str) -> str:
     return "\n".join(_AWS_SECRET.sub(MARK, line) if _AWS_ID_REDACTED.search(line) else line for line in lines)
 
 
+def _key_values(text: str) -> str:
+    return "\n".join(_KV.sub(_kv, line) if any(hint in line.casefold() for hint in _KV_HINTS) else line
+                     for line in text.split("\n"))
+
+
 def _kv(m: re.Match[str]) -> str:
     key, value = m["key"], m["qv"] if m["q"] else m["v"]
     if MARK in value or _NOT_SECRET.fullmatch(key.lstrip("-")):
@@ -176,7 +185,7 @@ def redact_secrets(text: str) -> str:
     text = _SHAPED.sub(_shaped, text)
     if _AWS_ID_REDACTED.search(text):
         text = _aws_secrets(text)
-    return _KV.sub(_kv, text)
+    return _key_values(text)
 
 
 def redact_lines(lines: Iterable[str]) -> list[str]:

@@ -87,6 +87,7 @@ SECRETS = [
     ("https://user:pa55word@pypi.internal/simple", "https://user:[redacted]@pypi.internal/simple"),
     (f"git clone https://{GHP}:x-oauth-basic@github.com/o/r", "git clone https://ghp_[redacted]:[redacted]@github.com/o/r"),
     ("url?token=abc123&page=2", "url?token=[redacted]&page=2"),
+    ("\u017fecret=hunter2 to\u212aen=abc", "\u017fecret=[redacted] to\u212aen=[redacted]"),  # what re's IGNORECASE takes for s, k
     ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx", "OPENAI_API_KEY=sk-proj-[redacted]"),
     ("-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEA", "-----BEGIN RSA PRIVATE KEY-----[redacted]"),
 ]
@@ -352,7 +353,7 @@ secretish = st.lists(
     st.sampled_from(["password", "token", "=", ":", " ", "'", '"', "--", "hf_", "xoxb-", "AKIA", "ghp_", "[redacted]",
                      "Bearer ", "Authorization: ", "wandb login ", "abcdefghij" * 4, "0123456789", "-", "_", "@", "://",
                      "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "\n", "\\n", "[rank0]:",
-                     "MIIEowIBAAKCAQEA", "Proc-Type: 4,ENCRYPTED", "AKIAIOSFODNN7EXAMPLE",
+                     "MIIEowIBAAKCAQEA", "Proc-Type: 4,ENCRYPTED", "\u017fecret", "to\u212aen", "AKIAIOSFODNN7EXAMPLE",
                      "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "eyJhbGciOiJIUzI1NiJ9.", "SG.", "sk-ant-"]),
     max_size=20,
 ).map("".join)
