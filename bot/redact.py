@@ -123,7 +123,8 @@ _END = r"-----END[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----"
 _PEM = re.compile(
     rf"(?P<p>(?>-----BEGIN[ A-Z0-9_]{{0,100}}PRIVATE KEY(?: BLOCK)?-----))(?!{re.escape(MARK)})"
     rf"(?:[ \t]*+{_B64})*+(?:{_PEM_LINE})*+(?:[ \t]*+(?:{_BREAK}{_RANK})*+{_END})?"
-    rf"|(?m:^)(?P<p2>{_RANK}){_B64}(?:{_BREAK}{_RANK}{_B64})*+(?={_BREAK}{_RANK}{_END})"
+    # Runs of base64 lines are taken whole, END or not, so that each is scanned once (linear).
+    rf"|(?m:^)(?P<p2>{_RANK}){_B64}(?:{_BREAK}{_RANK}{_B64})*+(?P<end>(?={_BREAK}{_RANK}{_END}))?"
 )
 # key=value, key: value, "key": "value", --key value. The key must *end* with one of these
 # words, so `tokens=1024` and `max_new_tokens=` (plural) never match; the suffix list keeps
@@ -147,7 +148,9 @@ _NOT_SECRET = re.compile(
 
 
 def _pem(m: re.Match[str]) -> str:
-    return (m["p"] if m["p"] is not None else m["p2"]) + MARK
+    if m["p"] is not None:
+        return m["p"] + MARK
+    return m["p2"] + MARK if m["end"] is not None else m[0]  # no BEGIN: a key's body if END follows
 
 
 def _shaped(m: re.Match[str]) -> str:

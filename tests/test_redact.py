@@ -303,6 +303,11 @@ def test_a_block_interrupted_by_another_ranks_line_still_goes() -> None:
     assert_no_key_material(out)
 
 
+def test_base64_lines_with_no_end_line_after_them_are_no_key() -> None:
+    lines = ["loading PRIVATE KEY from the vault", *BODY, AFTER, *BODY]
+    assert redact_lines(lines) == lines
+
+
 def test_a_header_quoted_in_an_error_does_not_swallow_the_lines_after_it() -> None:
     lines = ["ValueError: expected '-----BEGIN PRIVATE KEY-----' in key.pem", AFTER]
     assert redact_lines(lines) == [f"ValueError: expected '-----BEGIN PRIVATE KEY-----{MARK}' in key.pem", AFTER]
