@@ -118,7 +118,8 @@ _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{40}(?![A-Za-z0-9+/=])
 _BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
 _RANK = r"(?:[ \t]*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:))*+[ \t]*+"
 _B64 = r"[A-Za-z0-9+/=]++"
-_PEM_LINE = rf"(?:{_BREAK}{_RANK})++(?:{_B64}|(?:Proc-Type|DEK-Info|Comment|Version|Hash):[^\n\\]*+)[ \t]*+(?={_BREAK}|\Z|-----END)"
+_PEM_HEADER = r"(?:Proc-Type|DEK-Info|Comment|Version|Hash):[^\n\\]*+"
+_PEM_LINE = rf"(?:{_BREAK}{_RANK})++(?:{_B64}|{_PEM_HEADER})[ \t]*+(?={_BREAK}|\Z|-----END)"
 _END = r"-----END[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----"
 _PEM = re.compile(
     rf"(?P<p>(?>-----BEGIN[ A-Z0-9_]{{0,100}}PRIVATE KEY(?: BLOCK)?-----))(?!{re.escape(MARK)})"
