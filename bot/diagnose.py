@@ -10,6 +10,7 @@ from bot import humanize as hz
 from bot.evidence import Evidence
 from bot.facts import Bar, Crash, Process, Step
 from bot.gpus import GpuReport, classify, format_indices
+from bot.redact import redact_lines
 from bot.verdict import GRACE_PHASES, TAIL_MAX, Level, Phase, Verdict
 
 # A log that grew this recently is being written even when no writer was seen (a logger that
@@ -282,7 +283,7 @@ def diagnose(
         concerns.append("stopped")
         if not ev.lines:
             return verdict(Phase.STOPPED, Level.CRIT, "not running — the log is empty and no process writes it")
-        last_line = next((line for line in reversed(ev.lines) if line.strip()), "")
+        last_line = _last_line(ev)
         if step:
             head = f"stopped — process gone after step {step.step}, no traceback (killed?)"
         else:
@@ -360,5 +361,10 @@ def _describe(phase: Phase, ev: Evidence, step: Step | None, writer: Process | N
     started = f"started {hz.duration(writer.elapsed_s)} ago" if writer and writer.elapsed_s is not None else "starting"
     if not ev.lines:
         return f"{started}, no output yet (importing?)"
-    last = next((line.strip() for line in reversed(ev.lines) if line.strip()), "")
-    return f"{started}, no steps yet — last line: {hz.trim(last, 60)}"
+    return f"{started}, no steps yet — last line: {hz.trim(_last_line(ev), 60)}"
+
+
+def _last_line(ev: Evidence) -> str:
+    """The last non-blank line, for a headline to quote: redacted together with the lines above
+    it, so that a log ending inside a private key quotes "-----BEGIN …-----[redacted]", not base64."""
+    return next((line.strip() for line in reversed(redact_lines(ev.lines[-TAIL_MAX:])) if line.strip()), "")

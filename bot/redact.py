@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Iterable, NamedTuple
 
 MARK = "[redacted]"
 
@@ -10,15 +11,22 @@ MARK = "[redacted]"
 # end of the text), DCS/SOS/PM/APC strings, then any other two-byte (or nF) escape; a lone
 # trailing ESC goes too. The 8-bit C1 forms of CSI/OSC are stripped whole, not just their
 # introducer, so no "[32m" debris is left behind.
+_OSC = r"(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
 _ANSI = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
-    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    rf"|{_OSC}"
     r"|(?:\x1b[PX^_]|[\x90\x98\x9e\x9f])[^\x1b\x9c]*(?:\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
 # C0 except \t and \n, DEL, C1; and bidi overrides/isolates, which can make a line display
 # something other than what it says (the "Trojan Source" trick).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What printable() deletes: colours (SGR) and OSC strings (titles, hyperlinks) are zero-width.
+_ZERO_WIDTH = re.compile(rf"(?:\x1b\[|\x9b)[0-9;:]*m|{_OSC}")
+# What it turns into one space: every other escape (a cursor move can display as a space) and
+# control character. Deleting them could glue a key to its value (`--password\x07hunter2`) and
+# defeat key=value redaction; a space keeps apart what the terminal showed apart.
+_GAP = re.compile(f"(?:{_ANSI.pattern}|{_CONTROL.pattern})+")
 
 
 def strip_ansi(text: str) -> str:
@@ -26,36 +34,108 @@ def strip_ansi(text: str) -> str:
 
 
 def printable(text: str) -> str:
-    """strip_ansi, then drop control characters other than tab and newline (U+FFFD stays)."""
+    """Colours and OSC strings deleted; other escapes and control characters other than tab and
+    newline become a space, a run of them one space (U+FFFD stays)."""
     if text.isprintable():  # the common line: no escape, no control character; skip two regexes
         return text
-    return _CONTROL.sub("", strip_ansi(text))
+    return _GAP.sub(" ", _ZERO_WIDTH.sub("", text))
 
 
-# Tokens with a fixed shape: keep the prefix so a reader still knows what leaked. The
-# lookbehinds are not \b, which would miss a token glued to an underscore (`MY_hf_…`).
-_SHAPED = re.compile(
-    r"(?<![A-Za-z0-9])(?P<p>xox[a-z]-|xapp-|xoxe\.xox[a-z]-)[A-Za-z0-9-]{8,}"
-    r"|(?P<p2>hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"
-    r"|(?<![A-Za-z0-9])(?P<p3>hf_)[A-Za-z0-9]{30,}"
-    r"|(?<![A-Za-z0-9])(?P<p4>gh[pousr]_)[A-Za-z0-9]{30,}"
-    r"|(?<![A-Za-z0-9])(?P<p5>github_pat_)[A-Za-z0-9_]{20,}"
-    r"|(?<![A-Za-z0-9])(?P<p6>AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"
-    r"|(?<![A-Za-z0-9])(?P<p7>sk-(?:proj-|ant-)?)[A-Za-z0-9_-]{20,}"
-    r"|(?P<p8>-----BEGIN [A-Z ]*PRIVATE KEY-----).*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
-    re.DOTALL,
+class Rule(NamedTuple):
+    """A credential with a recognisable shape: `keep` stays visible, so a reader still knows what
+    leaked (`hf_[redacted]`); `secret` is replaced. Plain regexes, no capturing groups."""
+
+    name: str
+    keep: str
+    secret: str
+
+
+# Prefixes and lengths as gitleaks' default rules have them (lengths as lower bounds where a
+# provider may lengthen its tokens), then credentials announced by their context.
+RULES = (
+    Rule("slack-config-token", r"xoxe\.xox[a-z]-", r"[A-Za-z0-9-]{8,}"),
+    Rule("slack-token", r"xox[a-z]-", r"[A-Za-z0-9-]{8,}"),
+    Rule("slack-app-token", r"xapp-", r"[A-Za-z0-9-]{8,}"),
+    Rule("slack-webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/", r"[A-Za-z0-9/_-]+"),
+    Rule("github-token", r"gh[pousr]_", r"[A-Za-z0-9]{30,}"),
+    Rule("github-fine-grained-pat", r"github_pat_", r"[A-Za-z0-9_]{20,}"),
+    Rule("gitlab-token", r"gl(?:pat|ptt|rt|dt|ft|imt|agent|soat|cbt|oas)-", r"[A-Za-z0-9_.-]{20,}"),
+    Rule("huggingface-token", r"hf_", r"[A-Za-z0-9]{30,}"),
+    Rule("huggingface-org-token", r"api_org_", r"[A-Za-z0-9]{30,}"),
+    Rule("aws-access-key-id", r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)", r"[A-Z0-9]{16}"),
+    Rule("google-api-key", r"AIza", r"[A-Za-z0-9_-]{35}"),
+    Rule("google-oauth-access-token", r"ya29\.", r"[A-Za-z0-9_-]{20,}"),
+    Rule("google-oauth-client-secret", r"GOCSPX-", r"[A-Za-z0-9_-]{28}"),
+    Rule("anthropic-key", r"sk-ant-", r"[A-Za-z0-9_-]{20,}"),
+    Rule("openai-key", r"sk-(?:proj-|svcacct-|admin-)?", r"[A-Za-z0-9_-]{20,}"),
+    Rule("stripe-key", r"(?:sk|rk)_(?:live|test|prod)_", r"[A-Za-z0-9]{10,}"),
+    Rule("npm-token", r"npm_", r"[A-Za-z0-9]{36}"),
+    Rule("pypi-token", r"pypi-", r"AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}"),
+    Rule("sendgrid-key", r"SG\.", r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
+    Rule("twilio-api-key", r"SK", r"[0-9a-fA-F]{32}"),
+    Rule("digitalocean-token", r"do[opr]_v1_", r"[a-f0-9]{64}"),
+    Rule("databricks-token", r"dapi", r"[a-f0-9]{32}(?:-\d)?"),
+    Rule("shopify-token", r"shp(?:at|ca|pa|ss)_", r"[a-fA-F0-9]{32}"),
+    Rule("groq-key", r"gsk_", r"[A-Za-z0-9]{48,}"),
+    Rule("replicate-token", r"r8_", r"[A-Za-z0-9]{30,}"),
+    Rule("nvidia-api-key", r"nvapi-", r"[A-Za-z0-9_-]{60,}"),
+    Rule("xai-key", r"xai-", r"[A-Za-z0-9]{70,}"),
+    Rule("perplexity-key", r"pplx-", r"[A-Za-z0-9]{40,}"),
+    Rule("vault-token", r"hv[sb]\.", r"[A-Za-z0-9_-]{24,}"),
+    Rule("linear-key", r"lin_api_", r"[A-Za-z0-9]{40}"),
+    Rule("postman-key", r"PMAK-", r"[a-f0-9]{24}-[a-f0-9]{34}"),
+    Rule("pulumi-token", r"pul-", r"[a-f0-9]{40}"),
+    Rule("doppler-token", r"dp\.(?:pt|st|sa|ct|scim|audit)\.", r"[A-Za-z0-9]{40,}"),
+    Rule("grafana-service-account-token", r"glsa_", r"[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}"),
+    Rule("grafana-cloud-token", r"glc_", r"[A-Za-z0-9+/]{32,}={0,2}"),
+    Rule("age-secret-key", r"AGE-SECRET-KEY-1", r"[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+    Rule("discord-webhook", r"discord(?:app)?\.com/api/webhooks/", r"[0-9]+/[A-Za-z0-9_-]+"),
+    Rule("jwt", r"eyJ", r"[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*"),
+    Rule("authorization-header", r"(?i:authorization)[ \t]*[:=][ \t]*['\"]?[ \t]*(?i:bearer|basic|token|bot)[ \t]+",
+         r"[^\s'\",;]+"),
+    Rule("bearer-token", r"(?i:bearer)[ \t]+(?=[A-Za-z0-9._~+/=-]{12,})", r"[^\s'\",;]+"),
+    Rule("wandb-login", r"(?i:wandb)[ \t]+login(?>(?:[ \t]+--?[\w-]+(?:=\S+)?)*)[ \t]+", r"[A-Za-z0-9_-]{32,}"),
+    Rule("url-password", r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]+:", r"[^\s@/]+(?=@)"),
 )
-# Credentials announced by their context rather than their shape.
-_CONTEXT = re.compile(
-    r"(?P<p>(?i:authorization)[ \t]*[:=][ \t]*['\"]?[ \t]*(?i:bearer|basic|token|bot)[ \t]+)[^\s'\",;]+"
-    r"|(?P<p2>(?i:bearer)[ \t]+)(?=[A-Za-z0-9._~+/=-]{12,})[^\s'\",;]+"
-    r"|(?P<p3>(?i:wandb)[ \t]+login(?>(?:[ \t]+--?[\w-]+(?:=\S+)?)*)[ \t]+)[A-Za-z0-9_-]{32,}"
-    r"|(?P<p4>(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]+:)[^\s@/]+(?=@)"  # user:password@ in URLs
+# All rules in one pass. No rule starts inside a word (a lookbehind, not \b, which would miss a
+# token glued to an underscore: `MY_hf_…`), nor ends inside one. Written without capturing
+# groups, the alternation runs ~7x faster (re skips a branch on its first literal); which rule
+# matched is found afterwards, on the rare match.
+_EDGE_L, _EDGE_R = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
+_SHAPED = re.compile(_EDGE_L + "(?:" + "|".join(r.keep + r.secret for r in RULES) + ")" + _EDGE_R)
+_EACH = [re.compile(f"(?P<keep>{r.keep}){r.secret}{_EDGE_R}") for r in RULES]
+# A bare AWS secret access key has no prefix: 40 base64 characters on the line of its key id.
+_AWS_ID_REDACTED = re.compile(r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)" + re.escape(MARK))
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{40}(?![A-Za-z0-9+/=])")
+
+# Private-key blocks span lines, so they are matched over the whole text (as gitleaks and
+# trufflehog do): BEGIN, then the body, then END or the end of what we have. The body is lines
+# of base64 (or PEM headers), which may carry torchrun prefixes or be joined by an escaped \n
+# inside a JSON string (a GCP service-account file); on BEGIN's own line, base64 words separated
+# by spaces (`echo $KEY` turns newlines into spaces). Whole lines only, so a header quoted in an
+# error message does not swallow the lines after it. A body with no BEGIN (the window starts
+# inside the block) goes too, up to its END line.
+_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
+_RANK = r"(?:[ \t]*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:))*+[ \t]*+"
+_B64 = r"[A-Za-z0-9+/=]++"
+_PEM_HEADER = r"(?:Proc-Type|DEK-Info|Comment|Version|Hash):[^\n\\]*+"
+_PEM_LINE = rf"(?:{_BREAK}{_RANK})++(?:{_B64}|{_PEM_HEADER})[ \t]*+(?={_BREAK}|\Z|-----END)"
+_END = r"-----END[ A-Z0-9_]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+_PEM = re.compile(
+    rf"(?P<p>(?>-----BEGIN[ A-Z0-9_]{{0,100}}PRIVATE KEY(?: BLOCK)?-----))(?!{re.escape(MARK)})"
+    rf"(?:[ \t]*+{_B64})*+(?:{_PEM_LINE})*+(?:[ \t]*+(?:{_BREAK}{_RANK})*+{_END})?"
+    # Runs of base64 lines are taken whole, END or not, so that each is scanned once (linear).
+    rf"|(?m:^)(?P<p2>{_RANK}){_B64}(?:{_BREAK}{_RANK}{_B64})*+(?P<end>(?={_BREAK}{_RANK}{_END}))?"
 )
 # key=value, key: value, "key": "value", --key value. The key must *end* with one of these
 # words, so `tokens=1024` and `max_new_tokens=` (plural) never match; the suffix list keeps
 # WANDB_API_KEY, HF_TOKEN, aws_secret_access_key, SLACK_SIGNING_SECRET…
-_KEYWORDS = r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
+_KEYWORDS = (r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
+             r"|session[_-]?token|account[_-]?key")  # AWS STS's SessionToken; Azure's AccountKey=
+# Every _KEYWORDS match contains one of these. _KV never crosses a line, and most log lines hold
+# none of them: `in` on the casefolded line (which, like re's IGNORECASE, takes ſ for s and the
+# Kelvin sign for k) skips those for far less than the _KV scan costs.
+_KV_HINTS = ("pass", "token", "secret", "key")
 _KV = re.compile(
     rf"(?<![A-Za-z0-9_.-])(?P<key>(?P<dash>--?)?(?:[A-Za-z0-9]+[_.-])*?(?i:{_KEYWORDS}))"
     r"(?P<sep>['\"]?[ \t]*[:=][ \t]*|(?(dash)[ \t]+|(?!)))"  # `--password hunter2`: only flags take a space
@@ -68,9 +148,27 @@ _NOT_SECRET = re.compile(
 )
 
 
+def _pem(m: re.Match[str]) -> str:
+    if m["p"] is not None:
+        return m["p"] + MARK
+    return m["p2"] + MARK if m["end"] is not None else m[0]  # no BEGIN: a key's body if END follows
+
+
 def _shaped(m: re.Match[str]) -> str:
-    prefix = next(g for g in m.groups() if g is not None)
-    return prefix + MARK
+    # The first rule that matches here is the branch the alternation took. What it keeps may
+    # hold a token of its own (`https://ghp_…:x-oauth-basic@`): redacted too, it is shorter.
+    keep = next(mm["keep"] for rx in _EACH if (mm := rx.match(m.string, m.start())))
+    return _SHAPED.sub(_shaped, keep) + MARK
+
+
+def _aws_secrets(text: str) -> str:
+    lines = text.split("\n")
+    return "\n".join(_AWS_SECRET.sub(MARK, line) if _AWS_ID_REDACTED.search(line) else line for line in lines)
+
+
+def _key_values(text: str) -> str:
+    return "\n".join(_KV.sub(_kv, line) if any(hint in line.casefold() for hint in _KV_HINTS) else line
+                     for line in text.split("\n"))
 
 
 def _kv(m: re.Match[str]) -> str:
@@ -86,9 +184,19 @@ def _kv(m: re.Match[str]) -> str:
 
 def redact_secrets(text: str) -> str:
     """Replace credentials with a marker that keeps a recognisable prefix (`hf_[redacted]`)."""
+    if "PRIVATE KEY" in text:
+        text = _PEM.sub(_pem, text)
     text = _SHAPED.sub(_shaped, text)
-    text = _CONTEXT.sub(_shaped, text)
-    return _KV.sub(_kv, text)
+    if _AWS_ID_REDACTED.search(text):
+        text = _aws_secrets(text)
+    return _key_values(text)
+
+
+def redact_lines(lines: Iterable[str]) -> list[str]:
+    """Redact lines shown together as one text, so that a secret spanning lines (a private-key
+    block) goes whole. A redacted block leaves one line where it had several."""
+    lines = list(lines)
+    return redact_secrets("\n".join(lines)).split("\n") if lines else []
 
 
 def slack_escape(text: str) -> str:

@@ -9,7 +9,7 @@ import urllib.parse
 from typing import Any, Iterable, Sequence
 
 from bot.gpus import format_gb
-from bot.redact import printable, redact_secrets, slack_escape
+from bot.redact import printable, redact_lines, redact_secrets, slack_escape
 from bot.verdict import TAIL_DEFAULT, Level, Verdict
 
 LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
@@ -43,7 +43,16 @@ _BARE_MENTION = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.I)
 
 def safe(text: str) -> str:
     """Log or process text made safe to post: controls and ANSI gone, secrets redacted, & < > escaped."""
-    return _BARE_MENTION.sub("@\u2060", slack_escape(redact_secrets(printable(text))))
+    return _escaped(redact_secrets(printable(text)))
+
+
+def _escaped(redacted: str) -> str:
+    return _BARE_MENTION.sub("@\u2060", slack_escape(redacted))
+
+
+def _cleaned(lines: Iterable[str]) -> list[str]:
+    """Log lines shown together, cleaned, then redacted as one text: a private key spans lines."""
+    return redact_lines(printable(line) for line in lines)
 
 
 def cut(escaped: str, limit: int) -> str:
@@ -112,16 +121,10 @@ def wrap(line: str, width: int = CODE_WIDTH, rows: int = ROWS_PER_LINE) -> list[
             return out
 
 
-def _code_lines(lines: Iterable[str]) -> list[list[str]]:
-    """Each line cleaned, redacted (whole, before wrapping), wrapped, then escaped row by row."""
-    out = []
-    for line in lines:
-        rows = []
-        for row in wrap(redact_secrets(printable(line))):
-            # A ``` inside the text would close the fence: break it with a zero-width space.
-            rows.append(_BARE_MENTION.sub("@\u2060", slack_escape(row)).replace("```", "``\u200b`"))
-        out.append(rows)
-    return out
+def _code_lines(cleaned: Iterable[str]) -> list[list[str]]:
+    """Each _cleaned line (redacted whole, before wrapping) wrapped, then escaped row by row."""
+    # A ``` inside the text would close the fence: break it with a zero-width space.
+    return [[_escaped(row).replace("```", "``\u200b`") for row in wrap(line)] for line in cleaned]
 
 
 def code_sections(lines: Sequence[Sequence[str]], budget: int) -> tuple[list[dict], int]:
@@ -262,7 +265,7 @@ def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Me
                 rows.append(f"{role or 'other'}:")
             rows += [_gpu_row(g) for g in members]
             placed.update(g.index for g in members)
-        code, _ = code_sections(_code_lines(rows), MAX_TOTAL // 2)
+        code, _ = code_sections(_code_lines(_cleaned(rows)), MAX_TOTAL // 2)
         blocks += code
     blocks += [_about(v, name, where), buttons(name)]
     return _message(text, blocks)
@@ -288,7 +291,8 @@ def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None)
     name = run_name or v.run
     blocks = verdict_blocks(v, facts=False)
     text = [verdict_line(v)]
-    lines = list(v.tail[-n:]) if n > 0 and v.reached else []
+    # Redact all the verdict keeps, then take n: the BEGIN line of a key may lie above the n.
+    lines = _cleaned(v.tail)[-n:] if n > 0 and v.reached else []
     if not v.reached:
         pass  # the verdict says why there is no log
     elif not lines:
@@ -301,7 +305,7 @@ def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None)
             blocks.append(context(f":scissors: {dropped} earlier line{'s' if dropped > 1 else ''} not shown "
                                   f"(Slack's size limit); newest at the bottom"))
         blocks += code
-        text += [cut(safe(line), 300) for line in lines[-5:]]
+        text += [cut(_escaped(line), 300) for line in lines[-5:]]
     blocks += [_about(v, name, ""), buttons(name)]
     return _message(text, blocks)
 

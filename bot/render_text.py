@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from bot.gpus import format_indices
-from bot.redact import redact_secrets
+from bot.redact import redact_lines, redact_secrets
 from bot.verdict import Level, Verdict
 
 LEVEL_WORD = {Level.OK: "ok", Level.NOTE: "note", Level.WARN: "WARN", Level.CRIT: "CRIT"}
@@ -68,10 +68,12 @@ def tail(v: Verdict, n: int = 20) -> str:
     """The verdict line, then the last n log lines (bars collapsed, colours stripped, secrets redacted)."""
     if not v.reached:
         return _safe(v.headline)
-    body = v.tail[-n:] if n > 0 else ()
+    # All the verdict keeps, redacted as one text, then the last n: a private key spans lines,
+    # and its BEGIN line may lie above the n.
+    body = redact_lines(v.tail)[-n:] if n > 0 else ()
     if not body:
         return f"{_safe(v.headline)}\n  (the log is empty)"
-    return "\n".join([_safe(v.headline), *(_safe(line) for line in body)])
+    return "\n".join([_safe(v.headline), *body])
 
 
 def runs(rows: Iterable[tuple[str, Verdict]]) -> str:

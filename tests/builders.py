@@ -9,6 +9,15 @@ from bot.probe import Sections
 
 NOW = 1_796_028_500.0
 
+# Logs that print a private key (made up: base64 that decodes to nothing), as a tail may show it.
+KEY_BODY = ["MIIEowIBAAKCAQEA" + "q7Lx" * 12, "Zm9vYmFyYmF6" * 5 + "ab+/", "AbC9+/kQ=="]
+KEY_LOGS = {
+    "whole": ["-----BEGIN RSA PRIVATE KEY-----", *KEY_BODY, "-----END RSA PRIVATE KEY-----", "step=3 loss=2.0"],
+    "cut off": ["step=3 loss=2.0", "-----BEGIN OPENSSH PRIVATE KEY-----", *KEY_BODY],
+    "ranks": [f"[rank0]:{x}" for x in ["-----BEGIN EC PRIVATE KEY-----", *KEY_BODY, "-----END EC PRIVATE KEY-----"]],
+    "window starts inside": [*KEY_BODY, "-----END PRIVATE KEY-----", "step=3 loss=2.0"],
+}
+
 
 def gpu_section(rounds: Sequence[Sequence[tuple[int, float, float]]], total: float = 143771) -> str:
     """rounds of (index, MiB used, util %) -> the probe's gpus section body."""

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from bot.diagnose import diagnose, learned_threshold
 from bot.facts import Step
 from bot.verdict import Level, Phase
-from tests.builders import evidence, gpu_section
+from tests.builders import KEY_BODY, evidence, gpu_section
 from tests.standins import SHARED_REAL
 
 OK_LOG = (SHARED_REAL / "train_ok.log").read_bytes()
@@ -225,3 +225,14 @@ def test_no_log_names_the_likeliest_process():
     assert "torchrun --nproc-per-node 8 /workspace/train.py running for 5 min" in v.headline
     v = diagnose(evidence(None, processes=procs[:2]), Run(log="/data/x.log"))
     assert "python3 /home/ana/eval.py running for 40 s" in v.headline  # the newest, not the daemon
+
+
+@pytest.mark.parametrize("writers", [((692, 40, "python3 train.py"),), NOBODY])
+def test_a_headline_that_quotes_the_last_line_never_quotes_a_key(writers):
+    """A log that ends inside a private key: the last line is base64 that only its BEGIN line,
+    lines above, marks as secret. The headline quotes it redacted with those lines."""
+    log = "\n".join(["loading creds", "-----BEGIN RSA PRIVATE KEY-----", *KEY_BODY]) + "\n"
+    for age in (2.0, 3000.0):
+        v = diagnose(evidence(log, writers=writers, age=age), Run())
+        assert "last line: -----BEGIN RSA PRIVATE KEY-----[redacted]" in v.headline, v.headline
+        assert not any(line[:8] in v.headline or line[-8:] in v.headline for line in KEY_BODY)

@@ -17,7 +17,7 @@ from bot.diagnose import diagnose, unreachable
 from bot.redact import printable
 from bot.verdict import Level, Phase, Verdict
 from config.registry import Run
-from tests.builders import evidence, gpu_section
+from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section
 
 RUN = Run(name="dflash", host="local", container=None, log="/workspace/train.log", gpus=(("target", (0, 1)), ("drafter", (2,))))
 GPUS = gpu_section([[(0, 31000, 97), (1, 30000, 99), (2, 18000, 0)]] * 5)
@@ -155,6 +155,24 @@ def test_a_secret_split_across_wrapped_rows_is_still_redacted():
     v = verdict_of(f"{'x' * 30} {token}\n")
     tail = rs.tail_message(v, 1)
     assert "9" * 10 not in "".join(code_rows(tail))
+
+
+@pytest.mark.parametrize("name", KEY_LOGS)
+def test_a_private_key_block_in_the_tail_is_never_posted(name):
+    v = verdict_of("\n".join(KEY_LOGS[name]) + "\n")
+    msg = rs.tail_message(v, 20)
+    for text in texts(msg):
+        for line in KEY_BODY:
+            assert line[:8] not in text and line[-8:] not in text, text
+    assert "[redacted]" in "\n".join(code_rows(msg))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_short_tail_that_starts_inside_a_key_block_shows_none_of_it(n):
+    """`/run tail RUN 2` of a log that ends mid-key: the BEGIN line is in the verdict, above the n."""
+    msg = rs.tail_message(verdict_of("\n".join(KEY_LOGS["cut off"]) + "\n"), n)
+    for text in texts(msg):
+        assert not any(line[:8] in text or line[-8:] in text for line in KEY_BODY), text
 
 
 def test_headlines_and_facts_from_the_log_are_escaped():

@@ -1,0 +1,31 @@
+"""The terminal rendering: what `runbot tail` and friends print, secrets redacted."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot import render_text
+from bot.diagnose import diagnose
+from config.registry import Run
+from tests.builders import KEY_BODY, KEY_LOGS, evidence
+
+RUN = Run(name="r", host="local", container=None, log="/workspace/train.log")
+
+
+@pytest.mark.parametrize("name", KEY_LOGS)
+def test_a_private_key_block_in_the_tail_is_never_printed(name):
+    out = render_text.tail(diagnose(evidence("\n".join(KEY_LOGS[name]) + "\n"), RUN), 20)
+    for line in KEY_BODY:
+        assert line[:8] not in out and line[-8:] not in out, out
+    assert "[redacted]" in out
+
+
+def test_the_tail_keeps_ordinary_lines_and_redacts_tokens():
+    v = diagnose(evidence("step=1 loss=2.0\nHF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789\nstep=2 loss=1.9\n"), RUN)
+    assert render_text.tail(v, 3).splitlines()[1:] == ["step=1 loss=2.0", "HF_TOKEN=hf_[redacted]", "step=2 loss=1.9"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_short_tail_that_starts_inside_a_key_block_prints_none_of_it(n):
+    out = render_text.tail(diagnose(evidence("\n".join(KEY_LOGS["cut off"]) + "\n"), RUN), n)
+    assert not any(line[:8] in out or line[-8:] in out for line in KEY_BODY), out
