@@ -17,6 +17,7 @@ class Outgoing:
     op: str
     payload: dict
     channel: str | None = None  # posts only
+    priority: int = 0  # the concern's severity: the most important messages go first when Slack is busy
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Message:
     last_error: str | None = None
     sent_at: float | None = None
     ts: str | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Pending:
     parent_ts: str | None
     attempts: int
     tried_at: float | None  # not None: an earlier attempt's outcome is unknown (look before re-posting)
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ class Ledger:
                          if x.run == run and x.seq == seq and x.op == "update" and x.sent_at is None)
             self._drop(moot)
         row_id, self._next_id = self._next_id, self._next_id + 1
-        self._put(Message(row_id, f"{run}#{seq}:{row_id}", run, seq, m.op, m.payload, now))
+        self._put(Message(row_id, f"{run}#{seq}:{row_id}", run, seq, m.op, m.payload, now, priority=m.priority))
         return row_id
 
     # --- the outbox ---------------------------------------------------------------------------
@@ -167,7 +170,7 @@ class Ledger:
             if incident is None:  # a message whose incident was never queued: nothing to send it to
                 continue
             out.append(Pending(m.id, m.key, m.run, m.seq, m.op, m.payload, incident.channel, incident.parent_ts,
-                               m.attempts, m.tried_at))
+                               m.attempts, m.tried_at, m.priority))
         return out
 
     def trying(self, row_id: int, now: float) -> None:

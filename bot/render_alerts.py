@@ -52,6 +52,8 @@ def concern_words(concern: str | None) -> str:
 
 
 def _emoji(state: RunState) -> str:
+    if state.flapping:
+        return EMOJI["crit"] if severity(state.concern or "") >= 3 else EMOJI["warn"]
     if state.status is Status.RESOLVED:
         return EMOJI["recovered"]
     if state.status is Status.FINISHED:
@@ -72,6 +74,8 @@ def mute_note(state: RunState, now: float, tz: tzinfo | None = None) -> str:
 def _parent_line(run: str, state: RunState, now: float) -> str:
     """The parent's first line: what the incident is now, in words (not yet escaped)."""
     head = " ".join(state.headline.split())
+    if state.flapping:  # whatever the machine underneath says this sweep
+        return f"{run}: flapping — {_flap_words(state)}; now {head}"
     if state.status is Status.RESOLVED:
         took = hz.duration((state.closed_at or now) - (state.opened_at or now))
         return f"{run} recovered after {took} ({concern_words(state.concern)}) — {head}"
@@ -80,11 +84,15 @@ def _parent_line(run: str, state: RunState, now: float) -> str:
     return f"{run}: {head}"
 
 
+def _flap_words(state: RunState) -> str:
+    return f"{concern_words(state.concern)} and back {len(state.flips)} times lately"
+
+
 def parent(run: str, state: RunState, verdict: Verdict | None, now: float, tz: tzinfo | None = None) -> dict:
     """The incident's parent message as it should read now: {"text", "blocks"}; the text's first line is the verdict."""
     line = f"{_emoji(state)} {cut(safe(_parent_line(run, state, now)), 1000)}"
     blocks = [section(line)]
-    if verdict is not None and state.status in (Status.OPEN, Status.RECOVERING):
+    if verdict is not None and (state.status in (Status.OPEN, Status.RECOVERING) or state.flapping):
         blocks += verdict_blocks(verdict)[1:]  # the evidence; the line above already says the verdict
     notes = []
     if state.opened_at is not None and state.status is not Status.FINISHED:
@@ -112,6 +120,10 @@ def reply(run: str, action: Reply, state: RunState, now: float) -> dict:
         "reopened": f"{_emoji(state)} {what} again: {head}",
         "recovered": f"{EMOJI['recovered']} recovered after {since}: {head}",
         "finished": f"{EMOJI['finished']} {head}",
+        "flapping": f"{_emoji(state)} flapping — {safe(_flap_words(state))}: only how it settles (or a crash) "
+                    f"will be said here; now {head}",
+        "settled": (f"{EMOJI['recovered']} stopped flapping, healthy again: {head}" if action.concern is None
+                    else f"{_emoji(state)} stopped flapping, {what} now: {head}"),
     }.get(action.note, head)
     return {"text": text, "blocks": [section(text)]}
 

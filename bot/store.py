@@ -45,7 +45,8 @@ CREATE TABLE outbox (               -- every message, written before it is sent
     attempts INTEGER NOT NULL DEFAULT 0,
     tried_at REAL,                  -- set before each attempt, cleared by its known outcome: set = in doubt
     last_error TEXT,
-    sent_at REAL, ts TEXT
+    sent_at REAL, ts TEXT,
+    priority INTEGER NOT NULL DEFAULT 0  -- the concern's severity: first out when Slack is busy
 );
 CREATE TABLE watches (              -- /run watch: at most one per run
     run TEXT PRIMARY KEY, channel TEXT NOT NULL, ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT
@@ -53,7 +54,7 @@ CREATE TABLE watches (              -- /run watch: at most one per run
 """
 # Schema 1 kept RunState's fields as columns; its other tables are the same.
 _FROM_1 = ["ALTER TABLE runs RENAME TO runs_v1", _SCHEMA.split(";")[0],
-           "DROP INDEX IF EXISTS outbox_pending"]
+           "DROP INDEX IF EXISTS outbox_pending", "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"]
 
 
 class StoreError(RuntimeError):
@@ -131,7 +132,8 @@ class Store:
         incidents = {(r["run"], r["seq"]): Incident(r["run"], r["seq"], r["channel"], r["parent_ts"], r["opened_at"])
                      for r in db.execute("SELECT * FROM incidents")}
         messages = {r["id"]: Message(r["id"], r["key"], r["run"], r["seq"], r["op"], json.loads(r["payload"]),
-                                     r["created_at"], r["attempts"], r["tried_at"], r["last_error"], r["sent_at"], r["ts"])
+                                     r["created_at"], r["attempts"], r["tried_at"], r["last_error"], r["sent_at"], r["ts"],
+                                     r["priority"])
                     for r in db.execute("SELECT * FROM outbox ORDER BY id")}
         watches = {r["run"]: Watch(**dict(r)) for r in db.execute("SELECT * FROM watches")}
         return Ledger(states, incidents, messages, watches)
@@ -165,9 +167,10 @@ def _write(db: sqlite3.Connection, change: Change) -> None:
             db.execute("INSERT OR REPLACE INTO incidents VALUES (?, ?, ?, ?, ?)",
                        (i.run, i.seq, i.channel, i.parent_ts, i.opened_at))
         case PutMessage(m):
-            db.execute("INSERT OR REPLACE INTO outbox VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT OR REPLACE INTO outbox (id, key, run, seq, op, payload, created_at, attempts, tried_at, "
+                       "last_error, sent_at, ts, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (m.id, m.key, m.run, m.seq, m.op, json.dumps(m.payload), m.created_at, m.attempts, m.tried_at,
-                        m.last_error, m.sent_at, m.ts))
+                        m.last_error, m.sent_at, m.ts, m.priority))
         case DropMessages(ids):
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
         case PutWatch(w):

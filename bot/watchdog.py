@@ -16,7 +16,9 @@ from bot import alerts, render_alerts
 from bot.alerts import Policy, Post, RunState, Seen, Update
 from bot.chat import Chat, ChatError, SlackChat
 from bot.checkup import check_within
+from bot.budget import RESERVED, Bucket
 from bot.ledger import Outgoing, Pending, Watch
+from bot.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
 from bot.state_file import StateFile
 from bot.verdict import Verdict
 from config.registry import LOCAL, Registry, Run
@@ -51,7 +53,8 @@ class Watchdog:
         self.registry, self.targets, self.state_file, self.chat = registry, targets, state_file, chat
         self.ledger = state_file.ledger  # every question and change goes here, in memory; flush() makes it durable
         self.clock, self.tz, self.watch_every = clock, tz, watch_every
-        self.policy = policy or Policy(remind_every=registry.bot.remind_every)
+        self.policy = policy or Policy(remind_every=registry.bot.remind_every, flap_window=registry.bot.flap_window,
+                                       flap_changes=registry.bot.flap_changes)
         self.states: dict[str, RunState] = self.ledger.states
         self.verdicts: dict[str, Verdict] = {}  # the latest, for the parent's evidence and "since last check"
         self.scheduler = None
@@ -63,6 +66,7 @@ class Watchdog:
         self._quiet_until = 0.0  # the bot's clock: Slack asked for quiet (a 429) until then
         self._chat_gate = asyncio.Semaphore(CHAT_CONCURRENCY)
         self._background: set[asyncio.Task] = set()  # deliveries a command started and did not wait for
+        self._budgets: dict[str, Bucket] = {}  # per channel
         self._queued = 0
         self._backlog = {row.run for row in self.ledger.pending()}
         # Runs whose queue Slack refused for certain (channel_not_found, not_in_channel…): refusals in a
@@ -113,21 +117,24 @@ class Watchdog:
         launched, busy = [], []
         held = self._sit_out()  # refused for certain lately: not tried this sweep
         tried: set[str] = set()  # delivered by their own probe's task: not tried twice
-        for run in self.registry.runs.values():
-            task = self._inflight.get(run.name)
-            if task is not None and not task.done():
-                busy.append(run.name)
+        probed = 0
+        for host, runs in self._groups():
+            if any((t := self._inflight.get(r.name)) is not None and not t.done() for r in runs):
+                busy += [r.name for r in runs]
                 continue
-            task = asyncio.create_task(self._sweep_one(run, tried, held), name=f"probe:{run.name}")
-            self._inflight[run.name] = task
+            task = asyncio.create_task(self._sweep_group(host, runs, tried, held), name=f"probe:{host or runs[0].name}")
+            for run in runs:
+                self._inflight[run.name] = task
             launched.append(task)
+            probed += len(runs)
         if launched:
             await asyncio.wait(launched, timeout=wait)
         # Runs whose earlier messages still wait and that no probe task delivered (its judging failed,
-        # the run left the configuration).
-        for run in list(self._backlog - set(self._inflight_names()) - tried - held):
+        # the run left the configuration, Slack's budget ran out): the most important first.
+        waiting = self._backlog - set(self._inflight_names()) - tried - held
+        for run in sorted(waiting, key=self._urgency, reverse=True):
             await self._deliver_or_log(run)
-        report = SweepReport(time.perf_counter() - started, len(launched), tuple(busy),
+        report = SweepReport(time.perf_counter() - started, probed, tuple(busy),
                              self._queued - queued_before, len(self._backlog))
         log.info("sweep: %d runs in %.2f s · %d messages queued · %d runs with messages waiting%s",
                  report.probed, report.seconds, report.queued, report.waiting,
@@ -155,16 +162,41 @@ class Watchdog:
         self._refused[run_name] = [count, skip]
         return skip
 
-    async def _sweep_one(self, run: Run, tried: set[str], held: set[str]) -> None:
+    def _groups(self) -> list[tuple[str | None, list[Run]]]:
+        """The runs of each SSH host with several runs together (their outage is one incident); every
+        other run alone, judged as soon as its own probe is back."""
+        by_host: dict[str, list[Run]] = defaultdict(list)
+        for run in self.registry.runs.values():
+            by_host[run.host].append(run)
+        groups: list[tuple[str | None, list[Run]]] = []
+        for host, runs in by_host.items():
+            if host in self.registry.hosts and len(runs) >= HOST_GROUP_MIN:
+                groups.append((host, runs))
+            else:
+                groups += [(None, [run]) for run in runs]
+        return groups
+
+    def _urgency(self, run_name: str) -> int:
+        return max((row.priority for row in self.ledger.pending(run_name)), default=0)
+
+    async def _sweep_group(self, host: str | None, runs: list[Run], tried: set[str], held: set[str]) -> None:
         try:
-            verdict = await self.probe(run)
-            self.judge(run, verdict)
-            await self.state_file.flush()  # the decision on disk before anything is sent (if the disk allows)
-            if run.name in self._backlog and run.name not in held:
-                tried.add(run.name)
-                await self.deliver(run.name)
+            verdicts = await asyncio.gather(*(self.probe(run) for run in runs))
+            down = outage(host, verdicts) if host is not None else None
+            if host is not None:
+                self.judge(self._host_run(host, runs), down or answering(host, verdicts))
+            for run, verdict in zip(runs, verdicts):
+                self.judge(run, verdict, held=down is not None)
+            await self.state_file.flush()  # the decisions on disk before anything is sent (if the disk allows)
+            names = [r.name for r in runs] + ([host_key(host)] if host is not None else [])
+            for name in sorted((n for n in names if n in self._backlog and n not in held), key=self._urgency, reverse=True):
+                tried.add(name)
+                await self.deliver(name)
         except Exception:  # one run's bug must not end the sweep for the others
-            log.exception("watchdog: checking %s failed", run.name)
+            log.exception("watchdog: checking %s failed", host or runs[0].name)
+
+    def _host_run(self, host: str, runs: list[Run]) -> HostRun:
+        return HostRun(host_key(host), host, self.registry.bot.alert_channel or runs[0].alert_channel)
 
     async def probe(self, run: Run) -> Verdict:
         """One probe with a hard deadline; whatever goes wrong comes back as an unreachable verdict."""
@@ -172,21 +204,26 @@ class Watchdog:
             return await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
                                       previous=self.verdicts.get(run.name))
 
-    def judge(self, run: Run, verdict: Verdict) -> list[int]:
-        """Decide, render and commit in one go (no await in between: a mute can't slip in)."""
+    def judge(self, run: Run | HostRun, verdict: Verdict, *, held: bool = False) -> list[int]:
+        """Decide, render and commit in one go (no await in between: a mute can't slip in).
+
+        `held`: the run's whole host is down and its own incident tells that; the run holds still."""
         now = self.clock()
         self.verdicts[run.name] = verdict
-        new, actions = alerts.decide(self.states.get(run.name), Seen.of(verdict), now, self.policy)
+        seen = Seen(("held",), headline=verdict.headline) if held else Seen.of(verdict)
+        new, actions = alerts.decide(self.states.get(run.name), seen, now, self.policy)
         return self._commit(run, new, actions, verdict, now)
 
-    def _commit(self, run: Run, new: RunState, actions: list, verdict: Verdict | None, now: float) -> list[int]:
+    def _commit(self, run: Run | HostRun, new: RunState, actions: list, verdict: Verdict | None, now: float) -> list[int]:
         messages = []
         for action in actions:
             if isinstance(action, Update):
                 messages.append(Outgoing("update", render_alerts.parent(run.name, new, verdict, now, self.tz)))
             else:
                 payload = render_alerts.message(run.name, action, new, verdict, now, self.tz)
-                messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel))
+                concern = getattr(action, "concern", None) or new.concern
+                messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel,
+                                         priority=alerts.severity(concern) if concern else 0))
         if run.alert_channel is None:
             messages = []
         old = self.states.get(run.name)
@@ -235,6 +272,10 @@ class Watchdog:
 
     async def _send_now(self, row: Pending) -> bool:
         if self._held_back():
+            return False
+        # Slack's pace per channel: a storm uses the budget, but its last tokens wait for a crash.
+        bucket = self._budgets.setdefault(row.channel, Bucket())
+        if not bucket.take(self.clock(), reserve=0.0 if row.priority >= alerts.CRASH_SEVERITY else RESERVED):
             return False
         in_doubt = row.tried_at is not None
         self.ledger.trying(row.id, self.clock())  # written before the call: a crash from here on leaves it in doubt

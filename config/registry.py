@@ -110,6 +110,8 @@ class BotConfig:
     remind_every: float = 3600.0  # re-notify an open incident this often
     probe_timeout: float = 30.0  # one probe may take this long
     max_mute: float = 7 * 86400.0  # /run mute RUN DURATION: the longest a run may be silenced
+    flap_window: float = 600.0  # state changes counted over this long to tell a flapping run
+    flap_changes: int = 6  # this many in the window: one "flapping" message instead of each change
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,8 @@ _BOT_CHECKS: dict[str, _Check] = {
     "remind_every": _Parser.duration,
     "probe_timeout": _Parser.duration,
     "max_mute": _Parser.duration,
+    "flap_window": _Parser.duration,
+    "flap_changes": lambda p, v, k: p.integer(v, k, 2, 1000),
 }
 _ACCESS_CHECKS: dict[str, _Check] = {
     "users": _Parser.user_ids,

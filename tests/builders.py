@@ -60,3 +60,27 @@ def sections(
 
 def evidence(log: bytes | str | None, path: str = "/workspace/train.log", **kw) -> Evidence:
     return read_evidence(sections(log, **kw), path)
+
+
+def probe_stdout(parts: Sections, nonce: str) -> bytes:
+    """What the probe script prints for these sections (split_sections reads it back to them)."""
+    from bot.probe import marker
+
+    return b"".join(marker(nonce) + name.encode() + b"\n" + body for name, body in parts.parts.items())
+
+
+class CannedRunner:
+    """A Runner that answers each probe script at once with `answer()`'s sections (no bash, no log):
+    for watchdog tests of many runs over simulated hours, where the diagnosis is real and the probe is not."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.calls = answer, 0
+
+    async def run(self, script: str, *, timeout: float):
+        import re
+
+        from bot.runners import RunResult
+
+        self.calls += 1
+        nonce = re.search(r"^NONCE=(\S+)$", script, re.M)[1].strip("'")
+        return RunResult(probe_stdout(self.answer(), nonce), exit_status=0)

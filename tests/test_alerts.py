@@ -243,3 +243,76 @@ def test_a_fallback_time_can_name_the_bots_zone():
     ist = timezone(timedelta(hours=5, minutes=30), "IST")
     assert render_alerts.clock(1_800_000_000.0, ist) == "13:30 IST"
     assert render_alerts.slack_time(1_800_000_000.9, ist) == "<!date^1800000000^{time}|13:30 IST>"
+
+
+# --- flapping -------------------------------------------------------------------------------
+
+def run_sweeps(pattern: list[Seen], every: float, state: RunState | None = QUIET, policy: Policy = Policy()):
+    """Feed a sequence of sweeps; returns the final state and every action, with its sweep's index."""
+    said = []
+    for i, seen in enumerate(pattern):
+        state, actions = decide(state, seen, T0 + i * every, policy)
+        said += [(i, a) for a in actions]
+    return state, said
+
+
+def test_a_flapping_run_is_one_incident_not_a_storm():
+    # silent / healthy / healthy, every 22 s for an hour: the reviewer's storm, per run.
+    cycle = [SILENT, OK, OK]
+    state, said = run_sweeps(cycle * 54, every=22 / 3 * 2)
+    posts = [a for _, a in said if isinstance(a, Post)]
+    replies = [a for _, a in said if isinstance(a, Reply)]
+    edits = [a for _, a in said if isinstance(a, Update)]
+    assert len(posts) == 1 and [r.note for r in replies].count("flapping") == 1
+    # Told as it is until the third cycle (opened, recovered, again, recovered, again, recovered),
+    # then once that it flaps, then nothing for the rest of the hour.
+    assert len(posts) + len(replies) == 7 and len(edits) == 6, (posts, replies, edits)
+    assert max(i for i, _ in said) < 20
+    assert state.flapping
+
+
+def test_flapping_settles_and_says_where_it_landed():
+    state, said = run_sweeps([SILENT, OK, OK] * 6 + [OK] * 40, every=15)
+    notes = [a.note for _, a in said if isinstance(a, (Post, Reply))]
+    assert "flapping" in notes and notes[-1] == "settled"
+    assert not state.flapping and state.status is Status.RESOLVED
+    state, said = run_sweeps([SILENT, OK, OK] * 6 + [SILENT] * 60, every=15)
+    settled = [a for _, a in said if isinstance(a, Reply) and a.note == "settled"]
+    assert settled == [Reply("settled", "silent")] and state.status is Status.OPEN
+
+
+def test_a_crash_gets_through_while_flapping():
+    state, said = run_sweeps([SILENT, OK, OK] * 6 + [CRASHED], every=15)
+    assert state.flapping and said[-2:] == [(18, Reply("changed", "crashed")), (18, Update())]
+
+
+def test_a_steady_problem_is_no_flap():
+    state, said = run_sweeps([SILENT] * 100, every=60)
+    assert not state.flapping and [a for _, a in said] == [Post("opened"), Reply("still", "silent"), Update()]
+
+
+def test_unsure_sweeps_are_not_changes():
+    # An unanswered probe between healthy ones holds still; it must not count as two changes.
+    state, _ = run_sweeps([OK, UNREACHABLE, OK] * 20, every=15)
+    assert state.flips == () and not state.flapping
+
+
+def test_finishing_ends_the_flap():
+    state, said = run_sweeps([SILENT, OK, OK] * 6 + [DONE], every=15)
+    assert not state.flapping and state.status is Status.FINISHED and said[-2][1] == Reply("finished")
+
+
+def test_the_flapping_messages_read_as_one_story():
+    from bot import render_alerts
+
+    state, said = run_sweeps([SILENT, OK, OK] * 4, every=15)
+    assert state.flapping
+    line = render_alerts.parent("dflash", state, None, T0)["text"].splitlines()[0]
+    n = len(state.flips)
+    assert line.startswith(f":red_circle: dflash: flapping — silent and back {n} times lately; now ")
+    flapping = render_alerts.reply("dflash", Reply("flapping", "silent"), state, T0)["text"]
+    assert flapping.startswith(f":red_circle: flapping — silent and back {n} times lately: only how it settles")
+    healthy = render_alerts.reply("dflash", Reply("settled"), replace(state, status=Status.RESOLVED), T0)["text"]
+    assert healthy.startswith(":white_check_mark: stopped flapping, healthy again:")
+    assert render_alerts.reply("dflash", Reply("settled", "silent"), state, T0)["text"].startswith(
+        ":red_circle: stopped flapping, silent now:")

@@ -1,0 +1,46 @@
+"""Pure: when every run of one host fails to answer in the same way, that is one outage of the host, not N incidents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.verdict import Level, Phase, Verdict
+
+HOST_GROUP_MIN = 2  # runs a host must have for its outage to be told as one incident
+# How a probe fails when the host itself is away; a stopped container ("container") is the run's own news.
+HOST_FAILURES = frozenset({"unreachable", "timeout", "auth", "hostkey"})
+NAMES_SHOWN = 8
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """A host as the incident machine sees it: a name, and where its news goes."""
+
+    name: str  # "host pve1": cannot clash with a run's name, which has no spaces
+    host: str
+    alert_channel: str | None
+
+
+def host_key(host: str) -> str:
+    return f"host {host}"
+
+
+def outage(host: str, verdicts: Sequence[Verdict]) -> Verdict | None:
+    """The host's own verdict when all its runs' probes failed as a host failure, else None."""
+    if len(verdicts) < HOST_GROUP_MIN or not all(
+            v.phase is Phase.UNREACHABLE and v.failure_kind in HOST_FAILURES for v in verdicts):
+        return None
+    names = sorted(v.run for v in verdicts)
+    shown = ", ".join(names[:NAMES_SHOWN]) + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
+    why = verdicts[0].headline
+    return Verdict(run=host_key(host), phase=Phase.UNREACHABLE, level=Level.CRIT,
+                   headline=f"{len(names)} runs on {host} unreachable ({shown}) — {why}",
+                   concerns=("unreachable",), failure_kind=verdicts[0].failure_kind)
+
+
+def answering(host: str, verdicts: Sequence[Verdict]) -> Verdict:
+    """The host's verdict when at least one of its runs was probed."""
+    reached = sum(v.reached for v in verdicts)
+    return Verdict(run=host_key(host), phase=Phase.TRAINING, level=Level.OK,
+                   headline=f"{host} answers again: {reached} of {len(verdicts)} runs probed")
