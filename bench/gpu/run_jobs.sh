@@ -509,7 +509,11 @@ import importlib
 for m in ("torch", "transformers", "accelerate", "lightning", "pytorch_lightning", "rich", "tqdm", "peft", "safetensors", "numpy"):
     try:
         mod = importlib.import_module(m)
-        print(f"{m}: {getattr(mod, '__version__', '?')}")
+        v = getattr(mod, "__version__", None)
+        if v is None:  # rich has no __version__
+            from importlib.metadata import version
+            v = version(m.replace("_", "-"))
+        print(f"{m}: {v}")
     except Exception as e:
         print(f"{m}: MISSING ({type(e).__name__}: {e})")
 try:
