@@ -1,0 +1,138 @@
+"""A Lightning `Trainer` job: a small random-initialised transformer LM on random tokens,
+--epochs epochs with a validation loop each epoch (and Lightning's sanity check first).
+
+    python3 -u lit_job.py --bar tqdm|rich [--device cuda|cpu] [sizes...] > train.log 2>&1
+
+--bar tqdm: callbacks=[TQDMProgressBar()];  --bar rich: callbacks=[RichProgressBar()];
+enable_progress_bar=True either way, so what reaches the file is what the bar writes when
+stdout is not a terminal. Items sleep --item-sleep seconds each (predictable epoch length).
+Timing events for the driver go to $JOB_EVENTS (events.py), never to the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from events import event  # noqa: E402
+
+event("start")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+import lightning.pytorch as pl  # noqa: E402
+from lightning.pytorch.callbacks import Callback, RichProgressBar, TQDMProgressBar  # noqa: E402
+
+event("imported")
+
+
+class RandomTokens(Dataset):
+    def __init__(self, n: int, seq: int, vocab: int, seed: int, sleep: float):
+        self.n, self.seq, self.vocab, self.seed, self.sleep = n, seq, vocab, seed, sleep
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.sleep:
+            time.sleep(self.sleep)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        return torch.randint(0, self.vocab, (self.seq,), generator=g)
+
+
+class TinyLM(pl.LightningModule):
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int, lr: float):
+        super().__init__()
+        self.save_hyperparameters()
+        self.emb = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim * 4, batch_first=True, norm_first=True)
+        self.body = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(dim, vocab)
+        self.lr = lr
+
+    def _loss(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids[:, :-1])
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
+        h = self.body(x, mask=mask, is_causal=True)
+        logits = self.head(h)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        loss = self._loss(batch)
+        self.log("val_loss", loss, prog_bar=True)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.lr)
+
+
+class Events(Callback):
+    def on_train_epoch_start(self, trainer, pl_module):
+        event("epoch_begin", epoch=trainer.current_epoch)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        event("batch", epoch=trainer.current_epoch, batch=batch_idx + 1, step=trainer.global_step)
+
+    def on_validation_start(self, trainer, pl_module):
+        event("sanity_begin" if trainer.sanity_checking else "val_begin", epoch=trainer.current_epoch)
+
+    def on_validation_end(self, trainer, pl_module):
+        event("sanity_end" if trainer.sanity_checking else "val_end", epoch=trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        event("epoch_end", epoch=trainer.current_epoch)
+
+    def on_fit_end(self, trainer, pl_module):
+        event("fit_end", epoch=trainer.current_epoch, step=trainer.global_step)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--bar", choices=["tqdm", "rich"], default="tqdm")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--train-batches", type=int, default=50)
+    p.add_argument("--val-batches", type=int, default=30)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--item-sleep", type=float, default=0.005)
+    p.add_argument("--lr", type=float, default=3e-4)
+    a = p.parse_args()
+
+    pl.seed_everything(0)
+    train = DataLoader(RandomTokens(a.train_batches * a.batch, a.seq, a.vocab, 1, a.item_sleep),
+                       batch_size=a.batch, shuffle=True)
+    val = DataLoader(RandomTokens(a.val_batches * a.batch, a.seq, a.vocab, 2, a.item_sleep),
+                     batch_size=a.batch)
+    model = TinyLM(a.vocab, a.dim, a.layers, a.heads, a.lr)
+    bar = TQDMProgressBar() if a.bar == "tqdm" else RichProgressBar()
+    trainer = pl.Trainer(
+        accelerator="gpu" if a.device == "cuda" else "cpu",
+        devices=1,
+        max_epochs=a.epochs,
+        precision="bf16-mixed" if a.device == "cuda" else "32-true",
+        enable_progress_bar=True,
+        callbacks=[bar, Events()],
+        logger=False,
+        enable_checkpointing=False,
+        log_every_n_steps=10,
+    )
+    trainer.fit(model, train, val)
+    event("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Plain PyTorch training loops (no trainer framework), printing `step=N loss=X tok/s=Y`.
+
+    python3 -u plain_job.py --mode dl      [--device cuda|cpu] > train.log 2>&1
+    python3 -u plain_job.py --mode rotate  ...
+    python3 -u plain_job.py --mode compile ...
+
+dl:      a DataLoader with --workers worker processes feeds the loop; the driver SIGKILLs one
+         worker mid-training, and the main process dies with PyTorch's own
+         `DataLoader worker (pid N) is killed by signal: Killed.` traceback.
+rotate:  the loop prints a line per step until the file --control/stop appears, then
+         `training done` and exit 0. The driver rotates the log under it (mv + create).
+compile: the model is wrapped in torch.compile (default mode, default logging: whatever
+         dynamo/inductor print by themselves); the first step compiles. When --control/fault
+         appears, an embedding lookup with an out-of-range token id runs (eager, outside the
+         compiled graph): a device-side assert on CUDA (IndexError on CPU), exit 1.
+
+The driver learns the moments from $JOB_EVENTS (events.py) and steers with control files;
+neither shows in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from events import event  # noqa: E402
+
+event("start")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+event("imported")
+
+
+class RandomTokens(Dataset):
+    def __init__(self, n: int, seq: int, vocab: int, sleep: float):
+        self.n, self.seq, self.vocab, self.sleep = n, seq, vocab, sleep
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.sleep:
+            time.sleep(self.sleep)
+        g = torch.Generator().manual_seed(i)
+        return torch.randint(0, self.vocab, (self.seq,), generator=g)
+
+
+class LM(nn.Module):
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim * 4, batch_first=True, norm_first=False)
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids[:, :-1])
+        h = self.body(x, is_causal=False)
+        logits = self.head(h)
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=["dl", "rotate", "compile"], required=True)
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    p.add_argument("--control", default="")
+    p.add_argument("--steps", type=int, default=100000)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=16384)
+    p.add_argument("--dim", type=int, default=768)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--item-sleep", type=float, default=0.01)
+    p.add_argument("--step-sleep", type=float, default=0.0, help="rotate: pause per step")
+    p.add_argument("--log-every", type=int, default=1)
+    a = p.parse_args()
+
+    torch.manual_seed(0)
+    dev = torch.device(a.device)
+    model = LM(a.vocab, a.dim, a.layers, a.heads).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    n = sum(q.numel() for q in model.parameters())
+    print(f"model: {n / 1e6:.1f}M params on {dev}", flush=True)
+    stop_file = os.path.join(a.control, "stop") if a.control else None
+    fault_file = os.path.join(a.control, "fault") if a.control else None
+    step_fn = model
+    if a.mode == "compile":
+        print("compiling the model with torch.compile()", flush=True)
+        step_fn = torch.compile(model)
+
+    if a.mode == "dl":
+        ds = RandomTokens(a.steps * a.batch, a.seq, a.vocab, a.item_sleep)
+        loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers, pin_memory=a.device == "cuda")
+        print(f"DataLoader: {len(loader)} batches, num_workers={a.workers}", flush=True)
+        batches = iter(loader)
+    else:
+        gen = torch.Generator(device=dev).manual_seed(0)
+        batches = None
+
+    tokens = a.batch * a.seq
+    t_last = time.time()
+    t0 = t_last
+    done = 0
+    for step in range(1, a.steps + 1):
+        if stop_file and os.path.exists(stop_file):
+            break
+        if a.mode == "compile" and fault_file and os.path.exists(fault_file):
+            event("fault", step=step)
+            bad = torch.full((a.batch, 8), a.vocab + 7, dtype=torch.long, device=dev)
+            x = nn.functional.embedding(bad, model.emb.weight)
+            print(f"step={step} probe mean={x.float().mean().item():.4f}", flush=True)
+        if batches is not None:
+            ids = next(batches).to(dev, non_blocking=True)
+        else:
+            ids = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=gen)
+        if step == 1 and a.mode == "compile":
+            event("compile_begin")
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.device == "cuda"):
+            loss = step_fn(ids)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % a.log_every == 0:
+            val = loss.item()
+            now = time.time()
+            rate = tokens * (step - done) / max(now - t_last, 1e-9)
+            if step == 1 and a.mode == "compile":
+                event("compile_end")
+            print(f"step={step} loss={val:.4f} tok/s={rate:.0f} elapsed={now - t0:.1f}s", flush=True)
+            t_last, done = now, step
+            event("step", step=step)
+        if a.step_sleep:
+            time.sleep(a.step_sleep)
+    print("training done", flush=True)
+    event("exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
