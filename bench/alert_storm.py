@@ -24,12 +24,12 @@ from unittest import mock
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bot import budget  # noqa: E402
-from bot.app import Services, make_client  # noqa: E402
-from bot.chat import SlackChat  # noqa: E402
-from bot.state_file import StateFile  # noqa: E402
-from bot.store import Store  # noqa: E402
-from bot.watchdog import Watchdog  # noqa: E402
+from bot.core import budget  # noqa: E402
+from bot.service.app import Services, make_client  # noqa: E402
+from bot.service.chat import SlackChat  # noqa: E402
+from bot.service.state_file import StateFile  # noqa: E402
+from bot.service.store import Store  # noqa: E402
+from bot.service.watchdog import Watchdog  # noqa: E402
 from config.registry import parse_registry  # noqa: E402
 from config.settings import Settings  # noqa: E402
 from handlers.commands import dispatch  # noqa: E402
@@ -70,7 +70,7 @@ async def storm(stub: SlackStub, runs: int, minutes: float, *, fold: bool, reser
         return CannedRunner(lambda: sections(STEPS, age=60.0 if sweep[0] % 3 == 0 else 1.0))
 
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(budget, "RESERVED", budget.RESERVED if reserve else 0.0), \
-            mock.patch("bot.watchdog.RESERVED", budget.RESERVED if reserve else 0.0):
+            mock.patch("bot.service.watchdog.RESERVED", budget.RESERVED if reserve else 0.0):
         wd = make(Path(tmp), stub, config(runs, 6 if fold else 1000), runner_for, lambda: now[0])
         for sweep[0] in range(int(minutes * 60 / EVERY_S)):
             await wd.sweep()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot import redact
+from bot.core import redact
 
 ORDINARY = [
     "[rank0]:step={i} loss=2.{i:04d} grad_norm=1.21 lr=3.0e-04 tok/s=41{i:03d} tokens/s=41000 elapsed={i}.4s",

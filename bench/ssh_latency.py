@@ -29,12 +29,12 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.ssh import SshPool  # noqa: E402
+from bot.probe.ssh import SshPool  # noqa: E402
 from tests.sshd import SKIP_REASON, SshLab, have_sshd  # noqa: E402
 
 CT = 201
 
-# Used only when bot.probe is missing: does what a probe does (stat, tail, grep, ps).
+# Used only when bot.probe.script is missing: does what a probe does (stat, tail, grep, ps).
 STANDIN_PROBE = r"""
 LOG={log}
 stat -L -c 'size=%s mtime=%Y' -- "$LOG"
@@ -45,13 +45,13 @@ echo '@@ procs'; ps -eo pid=,etimes=,args= | grep -aE 'python|torchrun' | head -
 
 
 def probe_script(log: Path) -> tuple[str, str]:
-    """(script, which): the bot's real status probe when bot.probe exists, else the stand-in."""
+    """(script, which): the bot's real status probe when bot.probe.script exists, else the stand-in."""
     try:
-        from bot.probe import build_script
-    except ImportError:  # TODO(lead): drop the stand-in once bot.probe is always there
+        from bot.probe.script import build_script
+    except ImportError:  # TODO(lead): drop the stand-in once bot.probe.script is always there
         return STANDIN_PROBE.format(log=shlex.quote(str(log))), "standin"
     run = SimpleNamespace(log=str(log), step_pattern=None, gpu_samples=1)
-    return build_script(run, secrets.token_hex(8)), "bot.probe"
+    return build_script(run, secrets.token_hex(8)), "bot.probe.script"
 
 
 def timed(script: str) -> str:

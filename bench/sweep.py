@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.ssh_latency import probe_script, write_log  # noqa: E402
-from bot.ssh import SshPool  # noqa: E402
+from bot.probe.ssh import SshPool  # noqa: E402
 from tests.sshd import SKIP_REASON, SshLab, have_sshd  # noqa: E402
 
 FIRST_CT = 100

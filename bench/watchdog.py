@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.probe import _BODY, build_script
-from bot.state_file import StateFile
-from bot.targets import Targets
-from bot.watchdog import Watchdog
+from bot.probe.script import _BODY, build_script
+from bot.service.state_file import StateFile
+from bot.probe.targets import Targets
+from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
 
 WRITER = r"""

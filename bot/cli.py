@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from bot import render_slack, render_text
-from bot.checkup import RUNS_AT_ONCE, check
-from bot.targets import Targets
-from bot.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
+from bot.render import slack as render_slack
+from bot.render import text as render_text
+from bot.probe.checkup import RUNS_AT_ONCE, check
+from bot.probe.targets import Targets
+from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
 from config.settings import Settings, config_path, load_settings
 
@@ -87,7 +88,7 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
         print(_describe_config(registry))
         return EXIT_OK
     if args.command == "serve":
-        from bot.serve import serve  # noqa: PLC0415 - Slack libraries only for the bot
+        from bot.service.serve import serve  # noqa: PLC0415 - Slack libraries only for the bot
 
         return serve(registry, settings)
     if args.command == "runs":

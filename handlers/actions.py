@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from slack_sdk.errors import SlackApiError
 
-from bot import render_slack
-from bot.render_slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_TAIL
-from bot.verdict import TAIL_DEFAULT
+from bot.render import slack as render_slack
+from bot.render.slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_TAIL
+from bot.core.verdict import TAIL_DEFAULT
 from handlers.commands import (
     NOT_ALLOWED,
     log,
@@ -18,7 +18,7 @@ from handlers.commands import (
 )
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.service.app import Services
 
 VIEWS = {
     ACTION_REFRESH: ("status", lambda v, run: render_slack.status_message(v, run.name, run.where)),

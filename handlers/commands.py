@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from bot import render_slack
-from bot.render_alerts import clock, slack_time
-from bot.checkup import RUNS_AT_ONCE
-from bot.slack_http import response_url_retries
-from bot.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
+from bot.render import slack as render_slack
+from bot.render.alerts import clock, slack_time
+from bot.probe.checkup import RUNS_AT_ONCE
+from bot.service.slack_http import response_url_retries
+from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.registry import Registry, Run, UnknownRun
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.service.app import Services
 
 log = logging.getLogger("runbot.commands")
 
@@ -279,7 +279,7 @@ async def send_response(response_url: str, payload: dict) -> bool:
 
 
 def log_event(event: str, **fields) -> None:
-    """One structured line per command or click (bot.serve formats records as JSON)."""
+    """One structured line per command or click (bot.service.serve formats records as JSON)."""
     log.info("%s %s", event, json.dumps(fields, ensure_ascii=False), extra={"runbot": {"event": event, **fields}})
 
 

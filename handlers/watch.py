@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bot import render_slack
-from bot.chat import ChatError
-from bot.render_alerts import MUTE_FOR_S, slack_time
-from bot.render_slack import ACTION_MUTE
+from bot.render import slack as render_slack
+from bot.service.chat import ChatError
+from bot.render.alerts import MUTE_FOR_S, slack_time
+from bot.render.slack import ACTION_MUTE
 from config.registry import format_duration, parse_duration
 from handlers.commands import (
     NOT_ALLOWED,
@@ -23,7 +23,7 @@ from handlers.commands import (
 )
 
 if TYPE_CHECKING:
-    from bot.app import Services
+    from bot.service.app import Services
 
 NOT_RUNNING = "the watchdog is not running (`runbot serve` starts it)"
 

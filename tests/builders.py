@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from bot.evidence import Evidence, read_evidence
-from bot.probe import Sections
+from bot.core.evidence import Evidence, read_evidence
+from bot.probe.script import Sections
 
 NOW = 1_796_028_500.0
 
@@ -64,7 +64,7 @@ def evidence(log: bytes | str | None, path: str = "/workspace/train.log", **kw) 
 
 def probe_stdout(parts: Sections, nonce: str) -> bytes:
     """What the probe script prints for these sections (split_sections reads it back to them)."""
-    from bot.probe import marker
+    from bot.probe.script import marker
 
     return b"".join(marker(nonce) + name.encode() + b"\n" + body for name, body in parts.parts.items())
 
@@ -79,7 +79,7 @@ class CannedRunner:
     async def run(self, script: str, *, timeout: float):
         import re
 
-        from bot.runners import RunResult
+        from bot.probe.runners import RunResult
 
         self.calls += 1
         nonce = re.search(r"^NONCE=(\S+)$", script, re.M)[1].strip("'")

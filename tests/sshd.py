@@ -191,7 +191,7 @@ class Sshd:
 
     def target(self, **kw):
         """An SshTarget for this server, trusting the lab's known_hosts and client key."""
-        from bot.ssh import SshTarget
+        from bot.probe.ssh import SshTarget
 
         base = dict(
             name=self.name,

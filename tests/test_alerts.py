@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.alerts import (
+from bot.core.alerts import (
     Policy,
     Post,
     Reply,
@@ -177,7 +177,7 @@ def test_threads_are_never_orphaned_nor_doubled(sweeps):
 
 from datetime import UTC
 
-from bot import render_alerts
+from bot.render import alerts as render_alerts
 
 
 def test_the_parent_is_safe_says_the_verdict_first_and_has_the_buttons():
@@ -303,7 +303,7 @@ def test_finishing_ends_the_flap():
 
 
 def test_the_flapping_messages_read_as_one_story():
-    from bot import render_alerts
+    from bot.render import alerts as render_alerts
 
     state, said = run_sweeps([SILENT, OK, OK] * 4, every=15)
     assert state.flapping

@@ -131,8 +131,8 @@ def test_demo_walks_every_phase_and_exits_0():
 def test_save_probe_keeps_the_raw_output_for_replay(config, tmp_path):
     import json
 
-    from bot.checkup import verdict_from_output
-    from bot.runners import RunResult
+    from bot.probe.checkup import verdict_from_output
+    from bot.probe.runners import RunResult
     from config.registry import load_registry
 
     keep = tmp_path / "captures"

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.diagnose import diagnose, learned_threshold
-from bot.facts import Step
-from bot.verdict import Level, Phase
+from bot.core.diagnose import diagnose, learned_threshold
+from bot.core.facts import Step
+from bot.core.verdict import Level, Phase
 from tests.builders import KEY_BODY, evidence, gpu_section
 from tests.standins import SHARED_REAL
 

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from bot.app import make_client
-from bot.chat import SlackChat
-from bot.runners import RunResult
-from bot.state_file import StateFile
-from bot.watchdog import Watchdog
+from bot.service.app import make_client
+from bot.service.chat import SlackChat
+from bot.probe.runners import RunResult
+from bot.service.state_file import StateFile
+from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
 from config.settings import Settings
 from tests.builders import CannedRunner, sections

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.facts import Crash
-from bot.crashes import find_activity, find_crashes
-from bot.formats import last_bar_frame, parse_bar, parse_step, step_grep_ere
+from bot.core.facts import Crash
+from bot.core.crashes import find_activity, find_crashes
+from bot.core.formats import last_bar_frame, parse_bar, parse_step, step_grep_ere
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "real"
 needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real is not here")
@@ -587,7 +587,7 @@ def test_parsers_never_raise(text: str) -> None:
 
 
 def test_imports_stay_pure() -> None:
-    code = ("import sys; before = set(sys.modules); import bot.formats, bot.crashes, bot.logtext, bot.redact; "
+    code = ("import sys; before = set(sys.modules); import bot.core.formats, bot.core.crashes, bot.core.logtext, bot.core.redact; "
             "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                 cwd=Path(__file__).resolve().parents[1]).stdout.split())

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.checkup import verdict_from_output
-from bot.evidence import read_evidence
-from bot.gpus import GpuState
-from bot.probe import PROCESS_HINT, build_script, split_sections
-from bot.runners import LocalRunner, RunResult
-from bot.verdict import Level, Phase, Verdict
+from bot.probe.checkup import verdict_from_output
+from bot.core.evidence import read_evidence
+from bot.core.gpus import GpuState
+from bot.probe.script import PROCESS_HINT, build_script, split_sections
+from bot.probe.runners import LocalRunner, RunResult
+from bot.core.verdict import Level, Phase, Verdict
 from config.registry import parse_registry
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"

@@ -1,4 +1,4 @@
-"""bot.gpus: nvidia-smi parsing on real captures and failure texts, GPU classification by role."""
+"""bot.core.gpus: nvidia-smi parsing on real captures and failure texts, GPU classification by role."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.facts import GpuReadings, GpuSample
-from bot.gpus import (
+from bot.core.facts import GpuReadings, GpuSample
+from bot.core.gpus import (
     HOLDS_MEMORY_MIB,
     MAX_ERROR_CHARS,
     classify,

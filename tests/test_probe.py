@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.probe import build_script, marker, split_sections
-from bot.runners import LocalRunner
+from bot.probe.script import build_script, marker, split_sections
+from bot.probe.runners import LocalRunner
 from tests.standins import fake_nvidia_smi, path_with, writer_holding
 
 NONCE = "abcdef0123456789"
@@ -182,7 +182,7 @@ def test_a_probe_without_root_says_what_it_could_not_see(tmp_path):
     import subprocess
     import tempfile
 
-    from bot.evidence import read_evidence
+    from bot.core.evidence import read_evidence
 
     folder = Path(tempfile.mkdtemp(prefix="runbot-nonroot-"))
     try:

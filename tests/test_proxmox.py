@@ -1,4 +1,4 @@
-"""bot.proxmox: pct exec failures recognised from their text, and never from probe output."""
+"""bot.probe.proxmox: pct exec failures recognised from their text, and never from probe output."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.proxmox import pct_failure
+from bot.probe.proxmox import pct_failure
 
 STOPPED = "container 201 is stopped"
 MISSING = "container 201 is not on host pve1"

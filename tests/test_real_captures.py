@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.checkup import check
-from bot.runners import LocalRunner
-from bot.verdict import Phase
+from bot.probe.checkup import check
+from bot.probe.runners import LocalRunner
+from bot.core.verdict import Phase
 from tests.standins import SHARED_REAL, fake_nvidia_smi, path_with, set_age, writer_holding
 
 OK_LOG = (SHARED_REAL / "train_ok.log").read_bytes()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.builders import KEY_BODY
-from bot.redact import MARK, RULES, clean_line, printable, redact_lines, redact_secrets, slack_escape, strip_ansi
+from bot.core.redact import MARK, RULES, clean_line, printable, redact_lines, redact_secrets, slack_escape, strip_ansi
 
 ANSI = [
     ("\x1b[32mstep=1\x1b[0m", "step=1"),
@@ -106,7 +106,7 @@ ORDINARY = [
 ]
 
 
-# One row per rule in bot.redact.RULES: (rule, a line with the secret, what is left of it, a
+# One row per rule in bot.core.redact.RULES: (rule, a line with the secret, what is left of it, a
 # near miss from ordinary text that must stay as it is). Made-up tokens of the right shape.
 A36, H32, H64 = "aB3dE6gH9jK2mN5pQ8rS1tV4wX7yZ0bC3dE6", "0123456789abcdef" * 2, "0123456789abcdef" * 4
 B64_40 = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

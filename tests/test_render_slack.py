@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot import render_slack as rs
-from bot.diagnose import diagnose, unreachable
-from bot.redact import printable
-from bot.verdict import Level, Phase, Verdict
+from bot.render import slack as rs
+from bot.core.diagnose import diagnose, unreachable
+from bot.core.redact import printable
+from bot.core.verdict import Level, Phase, Verdict
 from config.registry import Run
 from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section
 

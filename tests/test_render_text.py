@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot import render_text
-from bot.diagnose import diagnose
+from bot.render import text as render_text
+from bot.core.diagnose import diagnose
 from config.registry import Run
 from tests.builders import KEY_BODY, KEY_LOGS, evidence
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.runners import LocalRunner, probe_environment
+from bot.probe.runners import LocalRunner, probe_environment
 
 
 def alive(pid: int) -> bool:

@@ -17,8 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot import cli, serve
-from bot.state_file import StateFile
+from bot import cli
+from bot.service import serve, watchdog
+from bot.service.state_file import StateFile
 from config.registry import load_registry
 from config.settings import Settings
 from tests.slack_stub import (
@@ -203,8 +204,7 @@ async def test_startup_hooks_start_and_stop_with_the_server(tmp_path, slack, mon
     events: list = []
     module = types.ModuleType("tests_fake_watchdog")
     module.on_start = lambda services: events.append(("module start", type(services).__name__))
-    monkeypatch.setitem(sys.modules, "tests_fake_watchdog", module)
-    monkeypatch.setattr(serve, "STARTUP_HOOKS", [Hook(events), "tests_fake_watchdog"])
+    monkeypatch.setattr(serve, "STARTUP_HOOKS", [Hook(events), module])  # an object, or a module
     stop = asyncio.Event()
     task = asyncio.create_task(serve.serve_async(registry, settings, local_env=path_with(tmp_path / "bin"), stop=stop,
                                                  host="127.0.0.1"))
@@ -376,7 +376,7 @@ async def test_a_stop_lets_work_in_flight_finish_before_the_hooks_stop(tmp_path,
         def on_stop(self, services) -> None:
             events.append(("stop", services.store.ledger.state("dflash") is not None))
 
-    monkeypatch.setattr(serve, "STARTUP_HOOKS", ["bot.watchdog", InFlight()])
+    monkeypatch.setattr(serve, "STARTUP_HOOKS", [watchdog, InFlight()])
     stop = asyncio.Event()
     task = asyncio.create_task(serve.serve_async(registry, _settings(slack), local_env=path_with(tmp_path / "bin"),
                                                  stop=stop, host="127.0.0.1"))

@@ -15,11 +15,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-import handlers
-from bot import render_slack as rs
-from bot.app import build_app, make_services
-from bot.app import FRESH_S
-from bot.serve import JsonLines, http_runner
+from bot.render import slack as rs
+from bot.service import app as app_module
+from bot.service.app import FRESH_S, build_app, make_services
+from bot.service.serve import JsonLines, http_runner
 from config.registry import load_registry
 from config.settings import Settings
 from handlers import commands
@@ -406,8 +405,8 @@ async def test_a_refused_click_changes_nothing(make_bot, stub):
 
 
 async def test_a_button_on_an_alert_answers_privately_and_leaves_the_alert_alone(make_bot, stub):
-    from bot.alerts import RunState, Status
-    from bot.render_alerts import parent
+    from bot.core.alerts import RunState, Status
+    from bot.render.alerts import parent
     from tests.slack_stub import action_payload
 
     alert = parent("dflash", RunState(Status.OPEN, "silent", seq=1, announced=True, opened_at=time.time(),
@@ -459,8 +458,7 @@ def follow_module(monkeypatch):
         return req.reply(rs.error_message(f"following {run.name}"))
 
     module.register = registered.append
-    monkeypatch.setitem(sys.modules, "tests_fake_follow", module)
-    monkeypatch.setattr(handlers, "EXTRA", [*handlers.EXTRA, "tests_fake_follow"])
+    monkeypatch.setattr(app_module, "LISTENERS", (*app_module.LISTENERS, module))
     return registered
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import make_client
-from bot.chat import ChatError, SlackChat
-from bot.slack_http import retry_after
-from bot.state_file import StateFile
-from bot.targets import Targets
-from bot.watchdog import RETRY_AFTER_CAP_S, Watchdog
+from bot.service.app import make_client
+from bot.service.chat import ChatError, SlackChat
+from bot.service.slack_http import retry_after
+from bot.service.state_file import StateFile
+from bot.probe.targets import Targets
+from bot.service.watchdog import RETRY_AFTER_CAP_S, Watchdog
 from config.registry import parse_registry
 from config.settings import Settings
 from handlers.commands import send_response

@@ -7,7 +7,7 @@ import urllib.parse
 
 import pytest
 
-from bot.slack_requests import body_fault, timestamp_fault
+from bot.service.slack_requests import body_fault, timestamp_fault
 
 FORM = "application/x-www-form-urlencoded"
 

@@ -1,4 +1,4 @@
-"""bot.ssh against a real OpenSSH sshd on 127.0.0.1, with the `pct` stand-in on its PATH."""
+"""bot.probe.ssh against a real OpenSSH sshd on 127.0.0.1, with the `pct` stand-in on its PATH."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from bot.ssh import SshHost, SshPool, SshRunner, SshTarget, _parse_jump
+from bot.probe.ssh import SshHost, SshPool, SshRunner, SshTarget, _parse_jump
 from sshd import SKIP_REASON, SshLab, free_port, have_sshd, keygen
 
 needs_sshd = pytest.mark.skipif(not have_sshd(), reason=SKIP_REASON)

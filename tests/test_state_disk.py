@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.alerts import STREAK_CAP
-from bot.ledger import Ledger
-from bot.state_file import StateFile
-from bot.store import Store
-from bot.targets import Targets
-from bot.watchdog import Watchdog
+from bot.core.alerts import STREAK_CAP
+from bot.core.ledger import Ledger
+from bot.service.state_file import StateFile
+from bot.service.store import Store
+from bot.probe.targets import Targets
+from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
 from tests.standins import fill, immutable, mutable, set_age, small_filesystem, writer_holding
 from tests.test_watchdog import CONFIG, STEPS, FakeChat
@@ -173,7 +173,7 @@ async def test_a_state_file_deleted_under_the_bot_is_rewritten_and_keeps_its_thr
 
 
 async def test_a_state_file_corrupted_while_running_is_moved_aside_and_rewritten(tmp_path, monkeypatch):
-    monkeypatch.setattr("bot.state_file.HEADER_CHECK_EVERY_S", 0.0)
+    monkeypatch.setattr("bot.service.state_file.HEADER_CHECK_EVERY_S", 0.0)
     chat = FakeChat()
     state = tmp_path / "state.sqlite3"
     wd = make(tmp_path, state, chat)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.checkup import verdict_from_output
-from bot.probe import marker
-from bot.runners import RunResult
+from bot.probe.checkup import verdict_from_output
+from bot.probe.script import marker
+from bot.probe.runners import RunResult
 from config.registry import parse_registry
 
 # Patterns a backtracking engine takes exponential time over on "aaaa…b" lines.

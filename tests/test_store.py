@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from bot.alerts import RunState, Status
-from bot.ledger import Ledger, Outgoing, Watch
-from bot.state_file import StateFile, StateFileError
-from bot.store import SCHEMA_VERSION, Store, StoreError
+from bot.core.alerts import RunState, Status
+from bot.core.ledger import Ledger, Outgoing, Watch
+from bot.service.state_file import StateFile, StateFileError
+from bot.service.store import SCHEMA_VERSION, Store, StoreError
 
 T0 = 1_800_000_000.0
 STATE = RunState(Status.OPEN, "thread_died:drafter-1", seq=3, announced=True, opened_at=T0, changed_at=T0,

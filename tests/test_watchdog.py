@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.alerts import Status
-from bot.chat import ChatError, SlackChat
-from bot.runners import RunResult
-from bot.state_file import StateFile
-from bot.targets import Targets
-from bot.watchdog import Watchdog
+from bot.core.alerts import Status
+from bot.service.chat import ChatError, SlackChat
+from bot.probe.runners import RunResult
+from bot.service.state_file import StateFile
+from bot.probe.targets import Targets
+from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
 from tests.standins import set_age, writer_holding
 
@@ -353,7 +353,7 @@ async def test_slack_adapter_maps_errors_and_reads_metadata():
 
 
 def _services(wd):
-    from bot.app import Services
+    from bot.service.app import Services
 
     return Services(targets=wd.targets, registry=wd.registry, chat=None, store=wd.state_file, watchdog=wd, clock=wd.clock)
 
@@ -543,7 +543,7 @@ async def test_times_in_answers_are_slack_dates_in_each_readers_zone(lab, monkey
     import json
 
     import handlers.watch as watch_handlers
-    from bot.render_alerts import clock
+    from bot.render.alerts import clock
     from handlers.commands import dispatch
 
     wd = lab()
@@ -581,7 +581,7 @@ async def test_times_in_answers_are_slack_dates_in_each_readers_zone(lab, monkey
 
 
 def test_the_printing_chat_shows_a_slack_dates_fallback():
-    from bot.chat import terminal
+    from bot.service.chat import terminal
 
     assert terminal("muted until <!date^1800003600^{time}|09:00 UTC> by <@U1> &amp; co\nmore") == \
         "muted until 09:00 UTC by <@U1> & co"

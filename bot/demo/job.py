@@ -1,6 +1,6 @@
 """The demo's simulated training job: writes a realistic log through every phase (a child process).
 
-Usage: python -m bot.demo_job PHASE_FILE SCALE   (stdout and stderr go to the log, as in production)
+Usage: python -m bot.demo.job PHASE_FILE SCALE   (stdout and stderr go to the log, as in production)
 It prints exactly what a real transformers run prints: nothing while importing, a device line,
 a real tqdm `Loading weights` bar (frames separated by \\r, no newline until it closes), step
 lines with tok/s, then silence, recovery, and a CUDA out-of-memory traceback. It records its

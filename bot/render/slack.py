@@ -8,9 +8,9 @@ import unicodedata
 import urllib.parse
 from typing import Any, Iterable, Sequence
 
-from bot.gpus import format_gb
-from bot.redact import printable, redact_lines, redact_secrets, slack_escape
-from bot.verdict import TAIL_DEFAULT, Level, Verdict
+from bot.core.gpus import format_gb
+from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
+from bot.core.verdict import TAIL_DEFAULT, Level, Verdict
 
 LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
                Level.WARN: ":large_yellow_circle:", Level.CRIT: ":red_circle:"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.verdict import Level, Phase, Verdict
+from bot.core.verdict import Level, Phase, Verdict
 
 HOST_GROUP_MIN = 2  # runs a host must have for its outage to be told as one incident
 # How a probe fails when the host itself is away; a stopped container ("container") is the run's own news.

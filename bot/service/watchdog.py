@@ -12,15 +12,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
-from bot import alerts, render_alerts
-from bot.alerts import Policy, Post, RunState, Seen, Update
-from bot.chat import Chat, ChatError, SlackChat
-from bot.checkup import check_within
-from bot.budget import RESERVED, Bucket
-from bot.ledger import Outgoing, Pending, Watch
-from bot.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
-from bot.state_file import StateFile
-from bot.verdict import Verdict
+from bot.core import alerts
+from bot.render import alerts as render_alerts
+from bot.core.alerts import Policy, Post, RunState, Seen, Update
+from bot.service.chat import Chat, ChatError, SlackChat
+from bot.probe.checkup import check_within
+from bot.core.budget import RESERVED, Bucket
+from bot.core.ledger import Outgoing, Pending, Watch
+from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
+from bot.service.state_file import StateFile
+from bot.core.verdict import Verdict
 from config.registry import LOCAL, Registry, Run
 
 log = logging.getLogger("runbot.watchdog")
@@ -455,7 +456,7 @@ class Watchdog:
 
 
 async def on_start(services: Any) -> None:
-    """bot.serve's start hook: the state file, the watchdog on this loop, both handed to listeners via Services."""
+    """bot.service.serve's start hook: the state file, the watchdog on this loop, both handed to listeners via Services."""
     if services.store is None:
         services.store = StateFile.open(services.registry.bot.state_db)
     # Services.chat is the Web API client; anything with chat_postMessage gets the adapter.

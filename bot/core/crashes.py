@@ -6,9 +6,9 @@ import re
 from dataclasses import replace
 from typing import Sequence
 
-from bot.facts import Activity, Crash
-from bot.logtext import RANK_PREFIX, last_frame, parse_int, split_rank_prefix
-from bot.redact import strip_ansi
+from bot.core.facts import Activity, Crash
+from bot.core.logtext import RANK_PREFIX, last_frame, parse_int, split_rank_prefix
+from bot.core.redact import strip_ansi
 
 
 # Crashes. Lines from different ranks interleave, so each `[rankN]:` stream is read on its own.

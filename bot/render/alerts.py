@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, tzinfo
 
-from bot import humanize as hz
-from bot.alerts import Post, Reply, RunState, Status, severity
-from bot.render_slack import (
+from bot.core import humanize as hz
+from bot.core.alerts import Post, Reply, RunState, Status, severity
+from bot.render.slack import (
     ACTION_MUTE,
     buttons,
     context,
@@ -17,7 +17,7 @@ from bot.render_slack import (
     section,
     verdict_blocks,
 )
-from bot.verdict import Phase, Verdict
+from bot.core.verdict import Phase, Verdict
 
 MUTE_FOR_S = 3600.0  # the alert's Mute button
 EMOJI = {"crit": ":red_circle:", "warn": ":large_orange_circle:", "recovering": ":large_yellow_circle:",

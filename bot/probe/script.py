@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Protocol
 
-from bot.formats import step_grep_ere
+from bot.core.formats import step_grep_ere
 
 # The last bytes of the log sent back whole: enough for the tail, the last bar frames and a
 # traceback, small enough that a sweep of hundreds of runs moves little data.

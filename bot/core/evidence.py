@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from bot.facts import Activity, Bar, Crash, GpuReadings, Process, Step
-from bot.crashes import find_activity, find_crashes
-from bot.formats import parse_bar, parse_step
-from bot.gpus import parse_gpu_section
-from bot.logtext import last_frame
-from bot.probe import LINE_CAP, Sections
-from bot.redact import printable
+from bot.core.facts import Activity, Bar, Crash, GpuReadings, Process, Step
+from bot.core.crashes import find_activity, find_crashes
+from bot.core.formats import parse_bar, parse_step
+from bot.core.gpus import parse_gpu_section
+from bot.core.logtext import last_frame
+from bot.probe.script import LINE_CAP, Sections
+from bot.core.redact import printable
 
 # A line above a loading bar that says where the weights go ("Target 1 on cuda:1...").
 _DEVICE_HINT = re.compile(r"cuda:\d+|\bgpu\s*\d|\bdevice\b|\brank\s*\d", re.I)

@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from bot.facts import GpuReadings, GpuSample
+from bot.core.facts import GpuReadings, GpuSample
 
 # One reading of utilization.gpu covers a fraction of a second, so a verdict needs several.
 # A GPU doing real work reads well above half; below that it waits more than it computes.

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from bot import render_text
-from bot.chat import PrintingChat
-from bot.checkup import check
-from bot.runners import LocalRunner
-from bot.state_file import StateFile
-from bot.verdict import Verdict
-from bot.watchdog import Watchdog
+from bot.render import text as render_text
+from bot.service.chat import PrintingChat
+from bot.probe.checkup import check
+from bot.probe.runners import LocalRunner
+from bot.service.state_file import StateFile
+from bot.core.verdict import Verdict
+from bot.service.watchdog import Watchdog
 from config.registry import load_registry
 
 # A stand-in nvidia-smi that follows the job's phase: two H200s, GPU 0 the target, GPU 1 a drafter.
@@ -91,7 +91,7 @@ class Demo:
         self.phase_file.write_text("importing")
         out = self.log.open("wb")  # like `python train.py > train.log 2>&1`
         return subprocess.Popen(
-            [sys.executable, "-m", "bot.demo_job", str(self.phase_file), str(self.scale)],
+            [sys.executable, "-m", "bot.demo.job", str(self.phase_file), str(self.scale)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=Path(__file__).resolve().parent.parent,
         )

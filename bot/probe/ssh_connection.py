@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-from bot.runners import RunResult
-from bot.ssh_errors import SshFailure, connect_failure, error_reason
+from bot.probe.runners import RunResult
+from bot.probe.ssh_errors import SshFailure, connect_failure, error_reason
 
-if TYPE_CHECKING:  # bot.ssh imports this module; SshHost only reads a target's fields
-    from bot.ssh import SshTarget
+if TYPE_CHECKING:  # bot.probe.ssh imports this module; SshHost only reads a target's fields
+    from bot.probe.ssh import SshTarget
 
 _CLOSE_WAIT_S = 2.0  # how long close() waits for a connection to say goodbye
 # How long a timed-out channel keeps its slot at most, waiting for the remote `timeout`
-# (command time + _REMOTE_GRACE_S + _REMOTE_KILL_S, see bot.ssh) to end the command and
+# (command time + _REMOTE_GRACE_S + _REMOTE_KILL_S, see bot.probe.ssh) to end the command and
 # free the session.
 REAP_WAIT_S = 15.0
 

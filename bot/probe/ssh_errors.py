@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-if TYPE_CHECKING:  # bot.ssh imports this module; only a target's fields are read here
-    from bot.ssh import SshTarget
+if TYPE_CHECKING:  # bot.probe.ssh imports this module; only a target's fields are read here
+    from bot.probe.ssh import SshTarget
 
 
 class SshFailure(Exception):

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bot.ledger import Ledger
-from bot.store import Store, StoreError
+from bot.core.ledger import Ledger
+from bot.service.store import Store, StoreError
 
 log = logging.getLogger("runbot.state")
 

@@ -6,12 +6,12 @@ import re
 import statistics
 from typing import Mapping, Protocol, Sequence
 
-from bot import humanize as hz
-from bot.evidence import Evidence
-from bot.facts import Bar, Crash, Process, Step
-from bot.gpus import GpuReport, classify, format_indices
-from bot.redact import redact_lines
-from bot.verdict import GRACE_PHASES, TAIL_MAX, Level, Phase, Verdict
+from bot.core import humanize as hz
+from bot.core.evidence import Evidence
+from bot.core.facts import Bar, Crash, Process, Step
+from bot.core.gpus import GpuReport, classify, format_indices
+from bot.core.redact import redact_lines
+from bot.core.verdict import GRACE_PHASES, TAIL_MAX, Level, Phase, Verdict
 
 # A log that grew this recently is being written even when no writer was seen (a logger that
 # reopens the file, a probe without permission to read /proc/*/fd).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 import logging
@@ -18,9 +17,10 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
-from bot.app import Services, build_app, make_services
-from bot.slack_requests import MAX_BODY, body_fault, timestamp_fault
-from bot.state_file import StateFile, StateFileError
+from bot.service import watchdog
+from bot.service.app import Services, build_app, make_services
+from bot.service.slack_requests import MAX_BODY, body_fault, timestamp_fault
+from bot.service.state_file import StateFile, StateFileError
 from config.registry import ConfigError, Registry
 from config.settings import Settings
 
@@ -33,10 +33,10 @@ DRAIN_S = 10.0  # on SIGTERM, answers already being worked on get this long to g
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
 # Started after the app is listening, stopped (in reverse) once it has stopped taking requests
-# and the answers in flight are out. Each item is an object or module with optional
-# `on_start(services)` / `on_stop(services)` (plain or async), or the dotted name of such a module. The watchdog adds itself here to run its scheduler on
-# this event loop.
-STARTUP_HOOKS: list[Any] = ["bot.watchdog"]  # bot/watchdog.py on_start/on_stop: the watchdog's scheduler
+# and the answers in flight are out. Each is an object or module with optional
+# `on_start(services)` / `on_stop(services)` (plain or async): the watchdog runs its scheduler
+# on this event loop.
+STARTUP_HOOKS: list[Any] = [watchdog]
 
 
 def serve(registry: Registry, settings: Settings) -> int:
@@ -84,7 +84,7 @@ async def serve_async(
         except OSError as exc:
             print(f"runbot: cannot listen on {host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_FAILED
-        for hook in map(_resolve, STARTUP_HOOKS):
+        for hook in STARTUP_HOOKS:
             await _call(hook, "on_start", services)
             started.append(hook)
         log.info("ready", extra={"runbot": {"event": "ready", "mode": "socket" if settings.socket_mode else "http",
@@ -201,10 +201,6 @@ async def _socket_mode(app: AsyncApp, settings: Settings):
         await handler.close_async()
         raise
     return handler.close_async
-
-
-def _resolve(hook: Any) -> Any:
-    return importlib.import_module(hook) if isinstance(hook, str) else hook
 
 
 async def _call(hook: Any, name: str, services: Services) -> None:

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
-from bot.diagnose import RunPolicy, diagnose, unreachable
-from bot.evidence import read_evidence
-from bot.probe import ProbeTarget, build_script, split_sections
-from bot.runners import RunResult, Runner
-from bot.verdict import Verdict
+from bot.core.diagnose import RunPolicy, diagnose, unreachable
+from bot.core.evidence import read_evidence
+from bot.probe.script import ProbeTarget, build_script, split_sections
+from bot.probe.runners import RunResult, Runner
+from bot.core.verdict import Verdict
 from config.validate import compile_step_pattern
 
 DEFAULT_TIMEOUT_S = 30.0

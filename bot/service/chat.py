@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from bot.slack_http import asked_wait
+from bot.service.slack_http import asked_wait
 
 METADATA_TYPE = "runbot_alert"  # message metadata event type: carries the outbox key, so a retry can look first
 _TRANSIENT_ERRORS = {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}

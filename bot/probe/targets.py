@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from bot.runners import LocalRunner, Runner
+from bot.probe.runners import LocalRunner, Runner
 from config.registry import LOCAL, Registry, Run
 
 
@@ -21,7 +21,7 @@ class Targets:
         if run.host == LOCAL:
             return self._local
         if self._pool is None:
-            from bot.ssh import SshPool, SshTarget  # noqa: PLC0415 - asyncssh only when a host needs it
+            from bot.probe.ssh import SshPool, SshTarget  # noqa: PLC0415 - asyncssh only when a host needs it
 
             # A config Host has every field an SshTarget needs, under the same names.
             fields = [f.name for f in dataclasses.fields(SshTarget)]

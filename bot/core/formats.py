@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from bot.facts import Bar, Step
-from bot.logtext import parse_int, split_rank_prefix
-from bot.redact import strip_ansi  # pure too; one ANSI grammar for the whole bot
+from bot.core.facts import Bar, Step
+from bot.core.logtext import parse_int, split_rank_prefix
+from bot.core.redact import strip_ansi  # pure too; one ANSI grammar for the whole bot
 
 # Separators are [ \t], never \s: step_grep_ere mirrors these patterns in POSIX ERE, which has
 # no \s, and Python's \s also matches Unicode spaces grep would not.

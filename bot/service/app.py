@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import time
@@ -14,15 +13,18 @@ from typing import Any, Callable, Iterator, Mapping
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-import handlers
-from bot.checkup import check_within
-from bot.slack_http import web_api_retries
-from bot.targets import Targets
-from bot.verdict import Verdict
+from handlers import actions, commands, watch
+from bot.probe.checkup import check_within
+from bot.service.slack_http import web_api_retries
+from bot.probe.targets import Targets
+from bot.core.verdict import Verdict
 from config.registry import ConfigError, Registry, Run
 from config.settings import Settings
 
 log = logging.getLogger("runbot.app")
+
+# The listener modules, each with register(app); their subcommands are listed in /run help in this order.
+LISTENERS = (commands, actions, watch)
 
 # A probe that overruns its own timeout by this much is abandoned (the runner should have stopped it).
 # Probes running at once; more wait their turn. A local probe costs ~85 ms of CPU in bash and its
@@ -152,6 +154,6 @@ def build_app(registry: Registry, settings: Settings, services: Services) -> Asy
         await next()
 
     app.middleware(inject_services)
-    for module in ("handlers.commands", "handlers.actions", *handlers.EXTRA):
-        importlib.import_module(module).register(app)
+    for listener in LISTENERS:
+        listener.register(app)
     return app

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from bot.gpus import format_indices
-from bot.redact import redact_lines, redact_secrets
-from bot.verdict import Level, Verdict
+from bot.core.gpus import format_indices
+from bot.core.redact import redact_lines, redact_secrets
+from bot.core.verdict import Level, Verdict
 
 LEVEL_WORD = {Level.OK: "ok", Level.NOTE: "note", Level.WARN: "WARN", Level.CRIT: "CRIT"}
 

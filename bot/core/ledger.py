@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
-from bot.alerts import RunState
+from bot.core.alerts import RunState
 
 OPS = ("post", "reply", "update")
 

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from bot.verdict import Phase, Verdict
+from bot.core.verdict import Phase, Verdict
 
 # How bad each kind of concern is; the worst confirmed concern names the incident.
 SEVERITY = {

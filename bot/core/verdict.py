@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Iterable
 
-from bot.facts import Crash, Process, Step
-from bot.gpus import GpuReport
+from bot.core.facts import Crash, Process, Step
+from bot.core.gpus import GpuReport
 
 
 class Level(enum.IntEnum):

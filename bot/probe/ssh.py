@@ -8,18 +8,18 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from bot.proxmox import pct_failure
-from bot.runners import RunResult
+from bot.probe.proxmox import pct_failure
+from bot.probe.runners import RunResult
 
-# SshHost and SshFailure live in their own modules; bot.ssh stays the one import callers need.
-from bot.ssh_connection import REAP_WAIT_S, SshHost
-from bot.ssh_errors import SshFailure
+# SshHost and SshFailure live in their own modules; bot.probe.ssh stays the one import callers need.
+from bot.probe.ssh_connection import REAP_WAIT_S, SshHost
+from bot.probe.ssh_errors import SshFailure
 
 __all__ = ["DEFAULT_KNOWN_HOSTS", "REAP_WAIT_S", "SshFailure", "SshHost", "SshPool", "SshRunner", "SshTarget"]
 
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 # The remote `timeout` wrapped around every command (see SshRunner.command): a timed-out
-# channel keeps its slot up to REAP_WAIT_S (bot.ssh_connection) while it ends the command.
+# channel keeps its slot up to REAP_WAIT_S (bot.probe.ssh_connection) while it ends the command.
 _REMOTE_GRACE_S = 2  # the remote timeout fires after ours, so the verdict is always ours
 _REMOTE_KILL_S = 3  # TERM first, then KILL (which also takes down `timeout` itself)
 

@@ -9,8 +9,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
 
-from bot.alerts import RunState, Status
-from bot.ledger import (
+from bot.core.alerts import RunState, Status
+from bot.core.ledger import (
     Change,
     DropMessages,
     DropWatch,
