@@ -7,13 +7,12 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.render import slack as render_slack
-from bot.render.alerts import clock, slack_time
 from bot.probe.checkup import RUNS_AT_ONCE
 from bot.service.slack_http import response_url_retries
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
@@ -137,25 +136,8 @@ async def status(req: CommandRequest) -> Reply:
     verdict = await req.services.check(run)
     watchdog = req.services.watchdog
     until = watchdog.muted_until(run.name) if watchdog is not None else None
-    if until is not None:
-        # A muted run is still probed; say so, or a quiet alert channel reads as "all well".
-        verdict = replace(verdict, facts=(("muted", f"alerts muted until {clock(until)}"), *verdict.facts))
-    message = render_slack.status_message(verdict, run.name, run.where)
-    if until is not None:
-        _local_time(message, "*muted*  alerts muted until ", until)
+    message = render_slack.status_message(verdict, run.name, run.where, muted_until=until)
     return req.reply(message, outcome=_probe_outcome(verdict))
-
-
-def _local_time(message: dict, lead: str, ts: float) -> None:
-    """In the blocks, make the time after `lead` (our own words, the first fact) a Slack date token each
-    reader sees in their own zone. The token goes in after render_slack has escaped the facts, and
-    replaces only our fallback; the plain `text` keeps the fallback ("14:30 UTC")."""
-    ours = lead + clock(ts)
-    for block in message.get("blocks", ()):
-        text = block.get("text") or {}
-        if block.get("type") == "section" and text.get("text", "").startswith(ours):
-            text["text"] = lead + slack_time(ts) + text["text"][len(ours):]
-            return
 
 
 @subcommand("gpus", "gpus RUN", "each GPU over several samples, by role")

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from bot.render import slack as render_slack
 from bot.service.chat import ChatError
-from bot.render.alerts import MUTE_FOR_S, slack_time
+from bot.render.alerts import MUTE_FOR_S
+from bot.render.times import slack_time
 from bot.render.slack import ACTION_MUTE
 from config.registry import format_duration, parse_duration
 from handlers.commands import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from bot.core.evidence import Evidence, read_evidence
-from bot.probe.script import Sections
+from bot.core.sections import Sections
 
 NOW = 1_796_028_500.0
 
@@ -39,6 +39,7 @@ def sections(
     now: float = NOW,
     hidden: int = 0,
     readable: bool = True,
+    near: Sequence[tuple[int, int, str]] = (),
 ) -> Sections:
     parts: dict[str, bytes] = {"end": b""}
     if log is None:
@@ -53,6 +54,8 @@ def sections(
         parts["window.rc"] = b"0"
         parts["steps"] = steps_section.encode()
         parts["writers"] = (f"# hidden {hidden}\n" + "".join(f"{p} {e} {c}\n" for p, e, c in writers)).encode()
+        if near:  # what the probe prints when nobody holds the log but processes work in its folder
+            parts["writers"] += ("# near\n" + "".join(f"{p} {e} {c}\n" for p, e, c in near)).encode()
     parts["procs"] = "".join(f"{p} {e} {c}\n" for p, e, c in processes).encode()
     parts["gpus"] = gpus.encode()
     return Sections(parts)
@@ -64,7 +67,7 @@ def evidence(log: bytes | str | None, path: str = "/workspace/train.log", **kw) 
 
 def probe_stdout(parts: Sections, nonce: str) -> bytes:
     """What the probe script prints for these sections (split_sections reads it back to them)."""
-    from bot.probe.script import marker
+    from bot.core.sections import marker
 
     return b"".join(marker(nonce) + name.encode() + b"\n" + body for name, body in parts.parts.items())
 

@@ -20,20 +20,21 @@ from bot.core.alerts import (
     mute,
     worst,
 )
+from bot.core.verdict import Concern, Worry
 
 T0 = 1_800_000_000.0
 OK = Seen(headline="step 10 · 14.2K tok/s")
-SILENT = Seen(("silent",), headline="silent 12 min — last step 1200")
-CRASHED = Seen(("crashed",), headline="crashed — OOM")
-UNREACHABLE = Seen(("unreachable",), headline="host pve1 did not answer")
-IDLE = Seen(("gpu_idle:drafter",), headline="step 10; drafter GPUs idle")
-THREAD = Seen(("thread_died:drafter-1",), headline="training, but thread drafter-1 died")
+SILENT = Seen((Concern(Worry.SILENT),), headline="silent 12 min — last step 1200")
+CRASHED = Seen((Concern(Worry.CRASHED),), headline="crashed — OOM")
+UNREACHABLE = Seen((Concern(Worry.UNREACHABLE),), headline="host pve1 did not answer")
+IDLE = Seen((Concern(Worry.GPU_IDLE, "drafter"),), headline="step 10; drafter GPUs idle")
+THREAD = Seen((Concern(Worry.THREAD_DIED, "drafter-1"),), headline="training, but thread drafter-1 died")
 DONE = Seen(finished=True, headline="finished — last step 60000")
 LOADING = Seen(headline="no steps yet — loading weights 15%")
 
 QUIET = RunState(headline=OK.headline)
-OPEN = RunState(Status.OPEN, "silent", seq=1, announced=True, opened_at=T0, changed_at=T0, notified_at=T0,
-                headline=SILENT.headline, streaks=(("silent", 1),))
+OPEN = RunState(Status.OPEN, Concern(Worry.SILENT), seq=1, announced=True, opened_at=T0, changed_at=T0, notified_at=T0,
+                headline=SILENT.headline, streaks=((Concern(Worry.SILENT), 1),))
 RECOVERING = replace(OPEN, status=Status.RECOVERING, healthy=1, streaks=())
 RESOLVED = replace(OPEN, status=Status.RESOLVED, closed_at=T0 + 600, streaks=())
 FINISHED = RunState(Status.FINISHED, seq=1, closed_at=T0, headline=DONE.headline)
@@ -52,14 +53,14 @@ TABLE = [
     ("one unanswered probe is a blip", QUIET, UNREACHABLE, 60, Status.QUIET, []),
     ("finished while quiet: one calm post", QUIET, DONE, 60, Status.FINISHED, [Post("finished")]),
     ("still silent: nothing new", OPEN, SILENT, 600, Status.OPEN, []),
-    ("still silent after remind_every: reminder", OPEN, SILENT, 3600, Status.OPEN, [Reply("still", "silent"), Update()]),
-    ("silent, then crashed", OPEN, CRASHED, 60, Status.OPEN, [Reply("changed", "crashed"), Update()]),
+    ("still silent after remind_every: reminder", OPEN, SILENT, 3600, Status.OPEN, [Reply("still", Concern(Worry.SILENT)), Update()]),
+    ("silent, then crashed", OPEN, CRASHED, 60, Status.OPEN, [Reply("changed", Concern(Worry.CRASHED)), Update()]),
     ("healthy once: recovering, not told", OPEN, OK, 60, Status.RECOVERING, []),
     ("an unanswered probe while open: hold", OPEN, UNREACHABLE, 60, Status.OPEN, []),
-    ("healthy twice: recovered", RECOVERING, OK, 120, Status.RESOLVED, [Reply("recovered", "silent"), Update()]),
+    ("healthy twice: recovered", RECOVERING, OK, 120, Status.RESOLVED, [Reply("recovered", Concern(Worry.SILENT)), Update()]),
     ("flap: silent again while recovering", RECOVERING, SILENT, 120, Status.OPEN, []),
-    ("crashed while recovering", RECOVERING, CRASHED, 120, Status.OPEN, [Reply("changed", "crashed"), Update()]),
-    ("silent again within 30 min: same thread", RESOLVED, SILENT, 600 + 1700, Status.OPEN, [Reply("reopened", "silent"), Update()]),
+    ("crashed while recovering", RECOVERING, CRASHED, 120, Status.OPEN, [Reply("changed", Concern(Worry.CRASHED)), Update()]),
+    ("silent again within 30 min: same thread", RESOLVED, SILENT, 600 + 1700, Status.OPEN, [Reply("reopened", Concern(Worry.SILENT)), Update()]),
     ("silent again after 30 min: a new incident", RESOLVED, SILENT, 600 + 1900, Status.OPEN, [Post("opened")]),
     ("resolved and healthy: quiet", RESOLVED, OK, 700, Status.RESOLVED, []),
     ("finished during an incident: told in the thread", OPEN, DONE, 60, Status.FINISHED, [Reply("finished"), Update()]),
@@ -98,35 +99,35 @@ def test_unreachable_needs_three_sweeps_in_a_row():
 def test_gpu_idle_needs_two_sweeps_in_a_row():
     state, out = run([IDLE, OK, IDLE, IDLE])
     assert out == [[], [], [], [Post("opened")]]
-    assert state.concern == "gpu_idle:drafter"
+    assert state.concern == Concern(Worry.GPU_IDLE, "drafter")
 
 
 def test_the_worst_confirmed_concern_names_the_incident():
-    both = Seen(("gpu_idle:drafter", "silent"))
+    both = Seen((Concern(Worry.GPU_IDLE, "drafter"), Concern(Worry.SILENT)))
     state, out = run([both])
-    assert state.concern == "silent" and out == [[Post("opened")]]
+    assert state.concern == Concern(Worry.SILENT) and out == [[Post("opened")]]
     state, out = run([both, both], start=None)
     assert out[1] == []  # gpu_idle now confirmed too, but silent is worse: no change
-    assert worst(["thread_died:x", "crashed", "silent"]) == "crashed"
+    assert worst([Concern(Worry.THREAD_DIED, "x"), Concern(Worry.CRASHED), Concern(Worry.SILENT)]) == Concern(Worry.CRASHED)
 
 
 def test_a_whole_incident_silent_recovered_crashed():
     state, out = run([OK, SILENT, SILENT, OK, OK, CRASHED, OK, OK], step=30)
-    assert out == [[], [Post("opened")], [], [], [Reply("recovered", "silent"), Update()],
-                   [Reply("changed", "crashed"), Update()], [], [Reply("recovered", "crashed"), Update()]]
+    assert out == [[], [Post("opened")], [], [], [Reply("recovered", Concern(Worry.SILENT)), Update()],
+                   [Reply("changed", Concern(Worry.CRASHED)), Update()], [], [Reply("recovered", Concern(Worry.CRASHED)), Update()]]
     assert state.seq == 1  # one incident, one thread
 
 
 def test_reminders_come_at_most_every_remind_every():
     policy = Policy(remind_every=600)
     _, out = run([SILENT] * 25, step=60, policy=policy)
-    reminders = [i for i, actions in enumerate(out) if Reply("still", "silent") in actions]
+    reminders = [i for i, actions in enumerate(out) if Reply("still", Concern(Worry.SILENT)) in actions]
     assert reminders == [10, 20]
 
 
 def test_recovery_can_be_told_at_once_when_configured():
     _, out = run([SILENT, OK], policy=Policy(recovery_sweeps=1))
-    assert out[1] == [Reply("recovered", "silent"), Update()]
+    assert out[1] == [Reply("recovered", Concern(Worry.SILENT)), Update()]
 
 
 def test_mute_edits_a_live_parent_and_ends_by_itself():
@@ -194,14 +195,33 @@ def test_the_parent_is_safe_says_the_verdict_first_and_has_the_buttons():
 
 
 def test_replies_say_what_changed():
-    state = replace(OPEN, headline="crashed — torch.OutOfMemoryError", concern="crashed")
-    assert render_alerts.reply("dflash", Reply("changed", "crashed"), state, T0)["text"].startswith(":red_circle: now crashed:")
+    state = replace(OPEN, headline="crashed — torch.OutOfMemoryError", concern=Concern(Worry.CRASHED))
+    assert render_alerts.reply("dflash", Reply("changed", Concern(Worry.CRASHED)), state, T0)["text"].startswith(":red_circle: now crashed:")
     resolved = replace(RESOLVED, headline="step 1300 · 14.2K tok/s")
-    assert render_alerts.reply("d", Reply("recovered", "silent"), resolved, T0 + 720)["text"] == \
+    assert render_alerts.reply("d", Reply("recovered", Concern(Worry.SILENT)), resolved, T0 + 720)["text"] == \
         ":white_check_mark: recovered after 12 min: step 1300 · 14.2K tok/s"
-    gpu = replace(OPEN, concern="gpu_idle:drafter")
-    assert "drafter GPUs idle" in render_alerts.reply("d", Reply("still", "gpu_idle:drafter"), gpu, T0)["text"]
+    gpu = replace(OPEN, concern=Concern(Worry.GPU_IDLE, "drafter"))
+    assert "drafter GPUs idle" in render_alerts.reply("d", Reply("still", Concern(Worry.GPU_IDLE, "drafter")), gpu, T0)["text"]
     assert render_alerts.parent("d", gpu, None, T0)["text"].startswith(":large_orange_circle:")
+
+
+def test_every_kind_of_concern_has_its_words():
+    words = render_alerts.concern_words
+    assert words(None) == "a problem"
+    assert words(Concern(Worry.THREAD_DIED, "drafter-1")) == "thread drafter-1 died"
+    assert words(Concern(Worry.GPU_IDLE, "drafter")) == "drafter GPUs idle"
+    assert words(Concern(Worry.NAN_LOSS)) == "loss NaN"
+    assert words(Concern(Worry.LOG_REPLACED)) == "log replaced"
+    assert words(Concern(Worry.LOG_REPLACED, "/data/run2/train.log")) == "log replaced by /data/run2/train.log"
+    assert words(Concern(Worry.HELD)) == "host down"
+    assert words(Concern(Worry.NO_LOG)) == "log missing" and words(Concern(Worry.HUNG_ON_EXIT)) == "hung on exit"
+    assert all(words(Concern(w, "x")) and words(Concern(w, "x")) != w.value for w in Worry if "_" in w.value)
+
+
+def test_worst_ties_go_to_the_first_named():
+    first, second = Concern(Worry.THREAD_DIED, "a"), Concern(Worry.NAN_LOSS)
+    assert first.severity == second.severity
+    assert worst([first, second]) == first and worst([second, first]) == second and worst([]) is None
 
 
 def test_a_watch_trail_keeps_a_moving_bar_short():
@@ -278,17 +298,17 @@ def test_flapping_settles_and_says_where_it_landed():
     assert not state.flapping and state.status is Status.RESOLVED
     state, said = run_sweeps([SILENT, OK, OK] * 6 + [SILENT] * 60, every=15)
     settled = [a for _, a in said if isinstance(a, Reply) and a.note == "settled"]
-    assert settled == [Reply("settled", "silent")] and state.status is Status.OPEN
+    assert settled == [Reply("settled", Concern(Worry.SILENT))] and state.status is Status.OPEN
 
 
 def test_a_crash_gets_through_while_flapping():
     state, said = run_sweeps([SILENT, OK, OK] * 6 + [CRASHED], every=15)
-    assert state.flapping and said[-2:] == [(18, Reply("changed", "crashed")), (18, Update())]
+    assert state.flapping and said[-2:] == [(18, Reply("changed", Concern(Worry.CRASHED))), (18, Update())]
 
 
 def test_a_steady_problem_is_no_flap():
     state, said = run_sweeps([SILENT] * 100, every=60)
-    assert not state.flapping and [a for _, a in said] == [Post("opened"), Reply("still", "silent"), Update()]
+    assert not state.flapping and [a for _, a in said] == [Post("opened"), Reply("still", Concern(Worry.SILENT)), Update()]
 
 
 def test_unsure_sweeps_are_not_changes():
@@ -310,9 +330,9 @@ def test_the_flapping_messages_read_as_one_story():
     line = render_alerts.parent("dflash", state, None, T0)["text"].splitlines()[0]
     n = len(state.flips)
     assert line.startswith(f":red_circle: dflash: flapping — silent and back {n} times lately; now ")
-    flapping = render_alerts.reply("dflash", Reply("flapping", "silent"), state, T0)["text"]
+    flapping = render_alerts.reply("dflash", Reply("flapping", Concern(Worry.SILENT)), state, T0)["text"]
     assert flapping.startswith(f":red_circle: flapping — silent and back {n} times lately: only how it settles")
     healthy = render_alerts.reply("dflash", Reply("settled"), replace(state, status=Status.RESOLVED), T0)["text"]
     assert healthy.startswith(":white_check_mark: stopped flapping, healthy again:")
-    assert render_alerts.reply("dflash", Reply("settled", "silent"), state, T0)["text"].startswith(
+    assert render_alerts.reply("dflash", Reply("settled", Concern(Worry.SILENT)), state, T0)["text"].startswith(
         ":red_circle: stopped flapping, silent now:")

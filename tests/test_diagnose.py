@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from bot.core.diagnose import diagnose, learned_threshold
 from bot.core.facts import Step
-from bot.core.verdict import Level, Phase
+from bot.core.verdict import Concern, Level, Phase, Worry
+from bot.render.facts import Row, rows as fact_rows
 from tests.builders import KEY_BODY, evidence, gpu_section
 from tests.standins import SHARED_REAL
 
@@ -117,10 +118,10 @@ CASES = [
     ("thread died", THREAD_DEATH, {"age": 1}, {}, Phase.THREAD_DIED, Level.WARN,
      "training, but thread drafter-1 died: RuntimeError: drafter lost its queue"),
     ("torchrun root cause", TORCHRUN, {"writers": NOBODY}, {}, Phase.CRASHED, Level.CRIT,
-     "rank 3 exited with -6"),
+     "crashed — rank 3: NCCL collective timeout: ALLREDUCE"),  # the worker's own error, not the launcher's echo
     ("saving", HF_SAVE, {"age": 720}, {}, Phase.SAVING, Level.NOTE, "saving checkpoint at step 1000 — 12 min so far"),
     ("evaluating", EVAL_BAR, {"age": 30}, {}, Phase.EVALUATING, Level.NOTE, "evaluating 40% (100/250)"),
-    ("megatron", MEGATRON, {}, {}, Phase.TRAINING, Level.OK, "step 10/1000 · loss 7.399"),
+    ("megatron", MEGATRON, {}, {}, Phase.TRAINING, Level.OK, "iteration 10/1000 · loss 7.399"),  # Megatron's own word
     ("nanogpt", NANO, {}, {}, Phase.TRAINING, Level.OK, "step 10 · loss 4.234"),
     ("torchtitan", TITAN, {}, {}, Phase.TRAINING, Level.OK, "step 10 · 14.2K tok/s · loss 7.123"),
     ("hf dict", HF_SAVE.splitlines()[0], {}, {}, Phase.TRAINING, Level.OK, "loss 2.31"),
@@ -142,13 +143,13 @@ def test_verdicts(log, probe, run, phase, level, words):
 
 def test_idle_gpus_while_loading_are_said_calmly():
     v = diagnose(evidence(BAR_27, gpus=gpu_section([[(0, 3000, 10), (1, 4, 0)]] * 3)), Run())
-    assert any("expected while loading" in text for label, text in v.facts if label == "GPUs")
+    assert any("expected while loading" in r.text for r in fact_rows(v) if r.label == "GPUs")
 
 
 def test_verdict_concerns_are_machine_readable():
-    assert diagnose(evidence(TEN_STEPS, age=720), Run()).concerns == ("silent",)
+    assert diagnose(evidence(TEN_STEPS, age=720), Run()).concerns == (Concern(Worry.SILENT),)
     v = diagnose(evidence(THREAD_DEATH, age=1), Run())
-    assert v.concerns == ("thread_died:drafter-1",)
+    assert v.concerns == (Concern(Worry.THREAD_DIED, "drafter-1"),)
 
 
 def test_auto_threshold_learns_from_the_step_interval():
@@ -195,7 +196,7 @@ def test_a_writer_hidden_from_a_non_root_probe_is_not_called_gone():
     # The probe's user could not read 12 processes' fds: no writer seen is not "process gone".
     v = diagnose(evidence(TEN_STEPS, age=120, writers=NOBODY, hidden=12), Run())
     assert v.phase is Phase.TRAINING, v.headline
-    assert ("writer", "not visible: 12 processes hidden from the probe's user (probe as root to see them)") in v.facts
+    assert Row("writer", "not visible: 12 processes hidden from the probe's user (probe as root to see them)") in fact_rows(v)
     v = diagnose(evidence(TEN_STEPS, age=720, writers=NOBODY, hidden=12), Run())
     assert v.phase is Phase.SILENT and "writer not visible to the probe" in v.headline
     # With every process visible, the same log is a stopped run.
@@ -204,11 +205,11 @@ def test_a_writer_hidden_from_a_non_root_probe_is_not_called_gone():
 
 def test_done_but_never_exiting_is_a_hang_on_exit():
     v = diagnose(evidence(OK_LOG, age=5), Run())
-    assert (v.phase, v.level) == (Phase.FINISHED, Level.OK) and v.headline == "finished — last step 60; process exiting"
+    assert (v.phase, v.level) == (Phase.FINISHED, Level.OK) and v.headline == "finished — last step 60 · loss 10.79; process exiting"
     v = diagnose(evidence(OK_LOG, age=900), Run())
     assert (v.phase, v.level) == (Phase.FINISHED, Level.WARN)
-    assert v.headline == "finished — last step 60, but process 692 still alive 15 min later (hung on exit?)"
-    assert "hung_on_exit" in v.concerns
+    assert v.headline == "finished — last step 60 · loss 10.79, but process 692 still alive 15 min later (hung on exit?)"
+    assert Concern(Worry.HUNG_ON_EXIT) in v.concerns
 
 
 def test_an_unreadable_log_is_said():
@@ -236,3 +237,14 @@ def test_a_headline_that_quotes_the_last_line_never_quotes_a_key(writers):
         v = diagnose(evidence(log, writers=writers, age=age), Run())
         assert "last line: -----BEGIN RSA PRIVATE KEY-----[redacted]" in v.headline, v.headline
         assert not any(line[:8] in v.headline or line[-8:] in v.headline for line in KEY_BODY)
+
+
+def test_a_loop_that_opens_its_log_per_write_is_alive_while_its_process_works_there():
+    near = ((4242, 3600, "python train.py --out runs/exp1"),)
+    v = diagnose(evidence(TEN_STEPS, age=30, writers=NOBODY, near=near), Run())
+    assert v.phase is Phase.TRAINING and v.writer is not None and v.writer.pid == 4242, v.headline
+    v = diagnose(evidence(TEN_STEPS, age=720, writers=NOBODY, near=near), Run())
+    assert v.phase is Phase.SILENT and "process alive" in v.headline
+    # A shell or an editor in the folder is not a training loop.
+    v = diagnose(evidence(TEN_STEPS, age=30, writers=NOBODY, near=((77, 9, "vim notes.txt"),)), Run())
+    assert v.phase is Phase.STOPPED

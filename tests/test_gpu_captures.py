@@ -29,7 +29,8 @@ import pytest
 from bot.probe.checkup import verdict_from_output
 from bot.core.evidence import read_evidence
 from bot.core.gpus import GpuState
-from bot.probe.script import PROCESS_HINT, build_script, split_sections
+from bot.core.sections import split_sections
+from bot.probe.script import PROCESS_HINT, build_script
 from bot.probe.runners import LocalRunner, RunResult
 from bot.core.verdict import Level, Phase, Verdict
 from config.registry import parse_registry
@@ -94,6 +95,7 @@ class LogFacts:
     size: int | None
     age: float | None  # remote now - log mtime
     last_step: int | None
+    last_loss: str | None  # as printed on the last step line
     bar: tuple[int, int, int] | None  # pct, n, total of the last `Loading weights` frame
     thread_died: bool
     oom: bool
@@ -114,12 +116,14 @@ def log_facts(name: str) -> LogFacts:
     mtime = re.search(r"mtime=(\d+)", meta)
     now = float(re.search(r"now=(\S+)", meta)[1])
     steps = re.findall(r"step=(\d+)", window)
+    losses = re.findall(r"step=\d+ loss=([\d.]+)", window)
     bars = _BAR.findall(window)
     return LogFacts(
         exists="exists=0" not in meta,
         size=int(size[1]) if size else None,
         age=now - int(mtime[1]) if mtime else None,
         last_step=int(steps[-1]) if steps else None,
+        last_loss=losses[-1] if losses else None,
         bar=tuple(int(x) for x in bars[-1]) if bars else None,  # type: ignore[arg-type]
         thread_died="Exception in thread drafter-1:" in window,
         oom="torch.OutOfMemoryError: CUDA out of memory." in window,
@@ -261,13 +265,14 @@ def assert_verdict(kind: str, c: Capture, f: LogFacts, v: Verdict) -> None:
         assert h.endswith(f"at step {f.last_step}; process gone"), h
     elif kind == "stopped":
         assert (v.phase, v.level) == (Phase.STOPPED, Level.CRIT), h
-        assert h == f"stopped — process gone after step {f.last_step}, no traceback (killed?)"
+        assert h == f"stopped — process gone after step {f.last_step}, no error and no normal end (killed?)"
     elif kind == "finished":
         assert (v.phase, v.level) == (Phase.FINISHED, Level.OK), h
-        assert h == f"finished — last step {f.last_step}"
+        assert h == f"finished — last step {f.last_step} · loss {float(f.last_loss):.4g}"
     elif kind == "finished-thread":
         assert (v.phase, v.level) == (Phase.FINISHED, Level.WARN), h  # fix (b): was OK, "finished — last step 104"
-        assert h.startswith(f"finished — last step {f.last_step}, but thread drafter-1 died on the way: RuntimeError"), h
+        assert h.startswith(f"finished — last step {f.last_step} · loss {float(f.last_loss):.4g}, but thread drafter-1 died "
+                            "on the way: RuntimeError"), h
     else:  # pragma: no cover
         raise AssertionError(kind)
     if kind in ("crashed", "stopped", "finished", "finished-thread"):  # the process is gone, and its memory with it

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.probe.script import build_script, marker, split_sections
+from bot.core.sections import marker, split_sections
+from bot.probe.script import build_script
 from bot.probe.runners import LocalRunner
 from tests.standins import fake_nvidia_smi, path_with, writer_holding
 
@@ -199,3 +200,43 @@ def test_a_probe_without_root_says_what_it_could_not_see(tmp_path):
         import shutil
 
         shutil.rmtree(folder)
+
+
+def test_a_loop_that_opens_its_log_for_each_write_is_found_by_its_folder(tmp_path):
+    """`with open(log, "a") as f: f.write(...)` each step holds nothing open between writes: the training
+    process working in the log's folder is the run; with none there, nothing runs it."""
+    import subprocess
+    import sys
+
+    from bot.core.evidence import read_evidence
+
+    log = tmp_path / "runs" / "exp1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("step=3 loss=1.0\n")
+    loop = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train.py"], cwd=log.parent)
+    try:
+        ev = read_evidence(probe(Target(str(log)))[1], str(log))
+        assert ev.writers == () and [p.pid for p in ev.near] == [loop.pid]
+    finally:
+        loop.kill()
+        loop.wait()
+    ev = read_evidence(probe(Target(str(log)))[1], str(log))
+    assert ev.writers == () and ev.near == ()
+
+
+def test_a_process_in_a_top_level_folder_is_no_one_s_run(tmp_path):
+    """Everyone works somewhere under /tmp or /home: a python there does not keep every log there alive."""
+    import subprocess
+    import sys
+
+    from bot.core.evidence import read_evidence
+
+    log = tmp_path / "train.log"
+    log.write_text("step=3 loss=1.0\n")
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd="/tmp")
+    try:
+        ev = read_evidence(probe(Target(str(log)))[1], str(log))
+        assert elsewhere.pid not in [p.pid for p in ev.near]
+    finally:
+        elsewhere.kill()
+        elsewhere.wait()

@@ -8,13 +8,14 @@ import sys
 from tests.standins import REPO
 
 # Every module of the pure packages, and the probe's script builder (string work only).
-PURE = sorted({f"bot.{pkg}.{p.stem}" for pkg in ("core", "render") for p in (REPO / "bot" / pkg).glob("*.py")
-               if p.stem != "__init__"} | {"bot.probe.script"})
+PURE = sorted({".".join(p.relative_to(REPO).with_suffix("").parts) for pkg in ("core", "render")
+               for p in (REPO / "bot" / pkg).rglob("*.py") if p.stem != "__init__"} | {"bot.probe.script"})
 IO = {"asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "sqlite3", "aiosqlite", "subprocess", "asyncio", "aiohttp"}
 
 
 def test_the_pure_packages_are_all_checked():
-    assert {"bot.core.diagnose", "bot.core.ledger", "bot.render.slack"} <= set(PURE) and len(PURE) > 15
+    assert {"bot.core.diagnose", "bot.core.ledger", "bot.render.slack", "bot.core.stages.headline"} <= set(PURE)
+    assert len(PURE) > 25
 
 
 def test_the_pure_core_imports_no_io_library():
@@ -25,3 +26,13 @@ def test_the_pure_core_imports_no_io_library():
     loaded = set(out.stdout.split())
     assert not loaded & IO, loaded & IO
     assert loaded - set(sys.stdlib_module_names) <= {"bot"}, loaded
+
+
+def test_the_core_and_renderers_never_reach_into_the_edges():
+    """The layers point inwards: core and render import only core and render (and the standard library)."""
+    code = ("import sys, importlib; "
+            f"[importlib.import_module(m) for m in {[m for m in PURE if m != 'bot.probe.script']!r}]; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('bot.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    outside = {m for m in out.stdout.split() if not m.startswith(("bot.core", "bot.render"))}
+    assert outside == set(), outside

@@ -88,7 +88,7 @@ def expected(sample: Sample) -> tuple[Phase, str]:
             return Phase.LOADING, "loading weights 100% (219/219) done, waiting for the first step"
         return Phase.LOADING, "no steps yet — loading weights"
     if b"training done" in log:
-        return Phase.FINISHED, "finished — last step 60; process exiting"
+        return Phase.FINISHED, "finished — last step 60 · loss 10.79; process exiting"
     last = re.findall(rb"step=(\d+)", log)[-1].decode()
     return Phase.TRAINING, f"step {last} · "
 
@@ -131,7 +131,7 @@ def test_oom_crash_with_the_writer_gone(tmp_path):
 
 def test_finished_run_with_the_writer_gone(tmp_path):
     v = probe(tmp_path, OK_LOG, 40, [as_query(SAMPLES[-1].smi)], alive=False)
-    assert (v.phase, v.headline) == (Phase.FINISHED, "finished — last step 60")
+    assert (v.phase, v.headline) == (Phase.FINISHED, "finished — last step 60 · loss 10.79")
 
 
 def test_silent_run_names_the_idle_gpu(tmp_path):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from bot.render import slack as rs
 from bot.core.diagnose import diagnose, unreachable
 from bot.core.redact import printable
+from bot.core.facts import Crash, Process, Step
 from bot.core.verdict import Level, Phase, Verdict
 from config.registry import Run
 from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section
@@ -177,7 +178,7 @@ def test_a_short_tail_that_starts_inside_a_key_block_shows_none_of_it(n):
 
 def test_headlines_and_facts_from_the_log_are_escaped():
     v = Verdict(run="x", phase=Phase.CRASHED, level=Level.CRIT, headline="crashed — ValueError: <!channel> & <@U1>",
-                facts=(("error", "<!subteam^S1> token=abcdef123456"),))
+                crash=Crash("traceback", "ValueError", "<!subteam^S1> token=abcdef123456"))
     msg = rs.status_message(v, "x")
     assert msg["text"].splitlines()[0] == "crashed — ValueError: &lt;!channel&gt; &amp; &lt;@U1&gt;"
     assert_safe(msg)
@@ -237,10 +238,12 @@ def test_any_tail_stays_within_slacks_limits(lines, n):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.text(max_size=4000), st.lists(st.tuples(st.text(max_size=30), st.text(max_size=600)), max_size=12))
-def test_any_verdict_stays_within_limits_and_safe(headline, facts):
-    v = Verdict(run="r", phase=Phase.CRASHED, level=Level.CRIT, headline=headline, facts=tuple(facts),
-                tail=(headline,) * 3, problems=(headline,))
+@given(st.text(max_size=4000), st.lists(st.text(max_size=600), min_size=4, max_size=4))
+def test_any_verdict_stays_within_limits_and_safe(headline, texts_):
+    error, command, thread, step_line = texts_
+    v = Verdict(run="r", phase=Phase.CRASHED, level=Level.CRIT, headline=headline, tail=(headline,) * 3,
+                problems=(headline,), crash=Crash("traceback", error[:30], error), writer=Process(1, 5, command),
+                thread_crash=Crash("traceback", "E", thread, thread=thread[:30]), step=Step(step_line))
     for msg in (rs.status_message(v, "r", headline), rs.tail_message(v, 200), rs.gpus_message(v),
                 rs.runs_message([("r", v)] * 60), rs.error_message(headline)):
         assert_within_limits(msg)

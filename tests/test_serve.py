@@ -33,7 +33,7 @@ from tests.slack_stub import (
     slash_body,
     slash_envelope,
 )
-from tests.standins import fake_nvidia_smi, path_with, remount_read_only, small_filesystem
+from tests.standins import fake_nvidia_smi, path_with, remount_read_only, small_filesystem, writer_holding
 
 REPO = Path(__file__).resolve().parents[1]
 RUNBOT = Path(sys.executable).with_name("runbot")
@@ -56,6 +56,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def training(tmp_path):
+    """The run's training process, holding its log open as a real one does."""
+    with writer_holding(tmp_path / "train.log"):
+        yield
 
 
 def setup_run(tmp: Path, *, smi_delay: float = 0) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import asyncio
 import json
 import logging
@@ -30,7 +31,7 @@ from tests.slack_stub import (
     sign,
     slash_body,
 )
-from tests.standins import fake_nvidia_smi, path_with
+from tests.standins import fake_nvidia_smi, path_with, writer_holding
 
 SMI = "0, 31395, 143771, 97\n1, 30000, 143771, 99\n2, 18211, 143771, 88\n"
 HOSTILE_LOG = (
@@ -82,6 +83,10 @@ class Bot:
         return int(self.smi_counter.read_text())
 
     async def __aenter__(self) -> Bot:
+        # Each run's training process holds its log open, as a real one does.
+        self.writers = contextlib.ExitStack()
+        for name in ("dflash.log", "llama.log"):
+            self.writers.enter_context(writer_holding(self.tmp / name))
         self.runner = http_runner(self.app, self.settings, **self.timeouts)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", 0).start()
@@ -94,6 +99,7 @@ class Bot:
         await self.runner.cleanup()
         await self.services.drain(5)
         await self.services.targets.close()
+        self.writers.close()
 
     async def post(self, body: str, headers: dict) -> tuple[int, str, float]:
         started = time.monotonic()
@@ -406,10 +412,11 @@ async def test_a_refused_click_changes_nothing(make_bot, stub):
 
 async def test_a_button_on_an_alert_answers_privately_and_leaves_the_alert_alone(make_bot, stub):
     from bot.core.alerts import RunState, Status
+    from bot.core.verdict import Concern, Worry
     from bot.render.alerts import parent
     from tests.slack_stub import action_payload
 
-    alert = parent("dflash", RunState(Status.OPEN, "silent", seq=1, announced=True, opened_at=time.time(),
+    alert = parent("dflash", RunState(Status.OPEN, Concern(Worry.SILENT), seq=1, announced=True, opened_at=time.time(),
                                       headline="silent 12 min"), None, time.time())
     async with make_bot() as bot:
         for action_id, marker in (("runbot.refresh", "*progress*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):

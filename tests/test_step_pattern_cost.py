@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.probe.checkup import verdict_from_output
-from bot.probe.script import marker
+from bot.core.sections import marker
 from bot.probe.runners import RunResult
 from config.registry import parse_registry
 

@@ -9,13 +9,14 @@ import pytest
 
 from bot.core.alerts import RunState, Status
 from bot.core.ledger import Ledger, Outgoing, Watch
+from bot.core.verdict import Concern, Worry
 from bot.service.state_file import StateFile, StateFileError
 from bot.service.store import SCHEMA_VERSION, Store, StoreError
 
 T0 = 1_800_000_000.0
-STATE = RunState(Status.OPEN, "thread_died:drafter-1", seq=3, announced=True, opened_at=T0, changed_at=T0,
+STATE = RunState(Status.OPEN, Concern(Worry.THREAD_DIED, "drafter-1"), seq=3, announced=True, opened_at=T0, changed_at=T0,
                  notified_at=T0, headline="training, but…", muted_until=T0 + 60, muted_by="U1",
-                 streaks=(("thread_died:drafter-1", 2), ("gpu_idle:x", 1)))
+                 streaks=((Concern(Worry.THREAD_DIED, "drafter-1"), 2), (Concern(Worry.GPU_IDLE, "x"), 1)))
 
 
 @pytest.fixture
@@ -172,7 +173,65 @@ def test_a_schema_1_file_is_read_and_upgraded(tmp_path):
     db.close()
     sf = StateFile.open(path)
     state = sf.ledger.state("a")
-    assert (state.status, state.concern, state.seq, state.announced, state.streaks) == (Status.OPEN, "silent", 3, True, (("silent", 4),))
+    assert (state.status, state.concern, state.seq, state.announced, state.streaks) == \
+        (Status.OPEN, Concern(Worry.SILENT), 3, True, ((Concern(Worry.SILENT), 4),))
     [row] = sf.ledger.pending("a")
     assert (row.key, row.parent_ts) == ("a#3:1", "1.1")
     sf.close()
+
+
+# A row exactly as the previous runbot wrote it, when concerns were "kind:subject" strings.
+OLD_ROW = {"status": "open", "concern": "thread_died:drafter-1", "seq": 3, "announced": True, "opened_at": T0,
+           "changed_at": T0, "notified_at": T0, "closed_at": None, "healthy": 0, "headline": "training, but…",
+           "muted_until": None, "muted_by": None, "streaks": [["thread_died:drafter-1", 2], ["gpu_idle:x", 1], ["held", 5]],
+           "bad": True, "flips": [T0 - 30, T0], "flapping": False}
+
+
+def _file_with_row(path, row: dict) -> None:
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO runs VALUES ('a', ?)", (json.dumps(row),))
+    db.commit()
+    db.close()
+
+
+def test_a_state_the_previous_runbot_wrote_loads_typed_and_is_written_back_the_same(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    _file_with_row(path, OLD_ROW)
+    store = Store(path)
+    state = store.load().states["a"]
+    assert state.concern == Concern(Worry.THREAD_DIED, "drafter-1")
+    assert state.streaks == ((Concern(Worry.THREAD_DIED, "drafter-1"), 2), (Concern(Worry.GPU_IDLE, "x"), 1),
+                             (Concern(Worry.HELD), 5))
+    assert all(type(c) is Concern and type(c.kind) is Worry for c, _ in state.streaks)
+    assert state.flips == (T0 - 30, T0) and state.bad is True and state.status is Status.OPEN
+    store.dump(store.load())  # written back by this runbot
+    store.close()
+    db = sqlite3.connect(path)
+    [(text,)] = db.execute("SELECT state FROM runs WHERE run = 'a'").fetchall()
+    db.close()
+    assert json.loads(text) == OLD_ROW
+
+    quiet = {**OLD_ROW, "status": "quiet", "concern": None, "streaks": []}  # no incident: null, as before
+    _file_with_row(tmp_path / "quiet.sqlite3", quiet)
+    store = Store(tmp_path / "quiet.sqlite3")
+    state = store.load().states["a"]
+    assert (state.concern, state.streaks) == (None, ())
+    store.dump(store.load())
+    store.close()
+    db = sqlite3.connect(tmp_path / "quiet.sqlite3")
+    [(text,)] = db.execute("SELECT state FROM runs WHERE run = 'a'").fetchall()
+    db.close()
+    assert json.loads(text) == quiet
+
+
+def test_a_concern_a_newer_runbot_wrote_loads_without_raising(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    _file_with_row(path, {**OLD_ROW, "concern": "gpu_on_fire:0", "streaks": [["gpu_on_fire:0", 2], ["silent", 1]]})
+    store = Store(path)
+    state = store.load().states["a"]
+    store.close()
+    assert isinstance(state.concern, Concern) and isinstance(state.concern.kind, Worry)
+    assert [n for _, n in state.streaks] == [2, 1] and all(isinstance(c, Concern) for c, _ in state.streaks)
+    assert state.streaks[1][0] == Concern(Worry.SILENT)
+    assert (state.status, state.seq, state.headline) == (Status.OPEN, 3, "training, but…")  # the rest as it was

@@ -97,7 +97,9 @@ def lab(tmp_path):
         return Watchdog(registry, Targets(registry), store, chat or FakeChat(), clock=clock)
     for name in ("alpha", "beta"):
         (tmp_path / f"{name}.log").write_text(STEPS)
-    return make
+    # beta trains quietly beside alpha throughout: its process holds its log, as a real one does.
+    with writer_holding(tmp_path / "beta.log"):
+        yield make
 
 
 def silent(log: Path) -> None:

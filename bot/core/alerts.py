@@ -6,21 +6,17 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from bot.core.verdict import Phase, Verdict
+from bot.core.verdict import SEVERITY, Concern, Phase, Verdict, Worry
 
-# How bad each kind of concern is; the worst confirmed concern names the incident.
-SEVERITY = {
-    "gpu_idle": 1, "thread_died": 2, "hung_on_exit": 2, "silent": 3, "unreachable": 3,
-    "unreadable": 4, "no_log": 4, "stopped": 4, "crashed": 5,
-}
+# How bad each kind of concern is (verdict.SEVERITY, as Concern.severity): the worst confirmed concern names the incident.
 # Consecutive sweeps a concern must be seen before it counts: one unanswered probe is a blip,
 # one idle GPU reading between two busy ones is a data-loader pause. "held" never counts: the
 # watchdog gives it to a run whose whole host is down, whose news the host's own incident tells.
-CONFIRM_SWEEPS = {"unreachable": 3, "gpu_idle": 2, "held": 1 << 30}
+CONFIRM_SWEEPS = {Worry.UNREACHABLE: 3, Worry.GPU_IDLE: 2, Worry.HELD: 1 << 30}
 # A streak longer than the longest confirmation says nothing more: capping it keeps a steady
 # problem's state the same from sweep to sweep, so the state file is not rewritten every sweep.
-STREAK_CAP = max(n for c, n in CONFIRM_SWEEPS.items() if c != "held")
-CRASH_SEVERITY = SEVERITY["crashed"]  # what still gets through while a run flaps, and goes first
+STREAK_CAP = max(n for w, n in CONFIRM_SWEEPS.items() if w is not Worry.HELD)
+CRASH_SEVERITY = SEVERITY[Worry.CRASHED]  # what still gets through while a run flaps, and goes first
 
 
 class Status(str, enum.Enum):
@@ -51,7 +47,7 @@ class Policy:
 class Seen:
     """What one sweep saw of a run, reduced to what the state machine needs."""
 
-    concerns: tuple[str, ...] = ()
+    concerns: tuple[Concern, ...] = ()
     finished: bool = False  # ended cleanly, nothing to worry about
     headline: str = ""
 
@@ -65,7 +61,7 @@ class RunState:
     """Everything the watchdog remembers about one run between sweeps (times: the bot's clock)."""
 
     status: Status = Status.QUIET
-    concern: str | None = None  # the incident's worst confirmed concern: "silent", "thread_died:drafter-1"
+    concern: Concern | None = None  # the incident's worst confirmed concern: Concern(Worry.THREAD_DIED, "drafter-1")
     seq: int = 0  # incident number: each new parent message is a new incident
     announced: bool = False  # the parent was posted (or is queued): replies have a thread to go to
     opened_at: float | None = None
@@ -76,7 +72,7 @@ class RunState:
     headline: str = ""  # the latest verdict line, for the parent message
     muted_until: float | None = None
     muted_by: str | None = None
-    streaks: tuple[tuple[str, int], ...] = ()  # consecutive sweeps each current concern was seen
+    streaks: tuple[tuple[Concern, int], ...] = ()  # consecutive sweeps each current concern was seen
     bad: bool | None = None  # what the last decisive sweep saw: a confirmed problem (True) or none
     flips: tuple[float, ...] = ()  # when `bad` changed, within the flap window
     flapping: bool = False  # the changes are folded into one incident until they settle
@@ -102,7 +98,7 @@ class Reply:
     """A message in the incident's thread."""
 
     note: str  # "still" | "changed" | "recovered" | "reopened" | "finished" | "flapping" | "settled"
-    concern: str | None = None
+    concern: Concern | None = None
 
 
 @dataclass(frozen=True)
@@ -113,18 +109,9 @@ class Update:
 Action = Post | Reply | Update
 
 
-def kind(concern: str) -> str:
-    """"thread_died:drafter-1" -> "thread_died"."""
-    return concern.split(":", 1)[0]
-
-
-def severity(concern: str) -> int:
-    return SEVERITY.get(kind(concern), 3)
-
-
-def worst(concerns: Iterable[str]) -> str | None:
+def worst(concerns: Iterable[Concern]) -> Concern | None:
     # Ties go to the first named, so the diagnosis's own order decides between equals.
-    return max(concerns, key=severity, default=None)
+    return max(concerns, key=lambda c: c.severity, default=None)
 
 
 def decide(prev: RunState | None, seen: Seen, now: float, policy: Policy = Policy()) -> tuple[RunState, list[Action]]:
@@ -132,7 +119,7 @@ def decide(prev: RunState | None, seen: Seen, now: float, policy: Policy = Polic
     state = prev or RunState()
     old = dict(state.streaks)
     streaks = tuple((c, min(old.get(c, 0) + 1, STREAK_CAP)) for c in dict.fromkeys(seen.concerns))
-    confirmed = [c for c, n in streaks if n >= CONFIRM_SWEEPS.get(kind(c), 1)]
+    confirmed = [c for c, n in streaks if n >= CONFIRM_SWEEPS.get(c.kind, 1)]
     problem = worst(confirmed)
     # An unconfirmed concern (a first unanswered probe) says nothing about the run: hold still.
     unsure = bool(seen.concerns) and problem is None
@@ -152,7 +139,7 @@ def decide(prev: RunState | None, seen: Seen, now: float, policy: Policy = Polic
     return new, actions
 
 
-def _step(s: RunState, first: bool, problem: str | None, unsure: bool, finished: bool, now: float,
+def _step(s: RunState, first: bool, problem: Concern | None, unsure: bool, finished: bool, now: float,
           policy: Policy) -> tuple[RunState, list[Action]]:
     muted = s.muted(now)
     if s.status is Status.RESOLVED and (s.closed_at is None or now - s.closed_at > policy.reopen_within):
@@ -208,7 +195,7 @@ def _step(s: RunState, first: bool, problem: str | None, unsure: bool, finished:
     return s, []
 
 
-def _flaps(s: RunState, actions: list[Action], bad: bool | None, problem: str | None, finished: bool, now: float,
+def _flaps(s: RunState, actions: list[Action], bad: bool | None, problem: Concern | None, finished: bool, now: float,
            policy: Policy) -> tuple[RunState, list[Action]]:
     """Fold a run that keeps changing between problem and healthy into one incident.
 
@@ -239,7 +226,7 @@ def _flaps(s: RunState, actions: list[Action], bad: bool | None, problem: str | 
             settled = replace(settled, status=Status.OPEN, concern=problem, closed_at=None, healthy=0)
         return settled, ([Reply("settled", problem), Update()] if settled.announced else [])
     # Still flapping: only a crash is news enough to tell (and it does not count as settling).
-    crash = [a for a in actions if isinstance(a, Reply) and a.concern and severity(a.concern) >= CRASH_SEVERITY]
+    crash = [a for a in actions if isinstance(a, Reply) and a.concern is not None and a.concern.severity >= CRASH_SEVERITY]
     if any(isinstance(a, Post) for a in actions):  # the machine opened a thread nobody will see
         s = replace(s, announced=False)
     return s, ([*crash, Update()] if crash else [])

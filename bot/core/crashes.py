@@ -1,30 +1,46 @@
-"""Pure: crash signatures (tracebacks, OOM, NCCL, torchrun root causes, kills) and phase announcements."""
+"""Pure: what ended a run, read from the log — tracebacks with their causes, launchers' reports and exit codes,
+signals, kills, kernel assertions, a scheduler's cancel — each stream of a multi-rank log read on its own."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from bot.core.facts import Activity, Crash
-from bot.core.logtext import RANK_PREFIX, last_frame, parse_int, split_rank_prefix
+from bot.core.facts import Crash, Kind
+from bot.core.grammar import RANK_PREFIX, last_frame, split_rank_prefix, strip_host_prefix
 from bot.core.redact import strip_ansi
 
 
-# Crashes. Lines from different ranks interleave, so each `[rankN]:` stream is read on its own.
 _HEADER = "Traceback (most recent call last)"
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::[ \t]?(?P<msg>.*))?$")
-_EXC_WORD = re.compile(r"(?i)error|exception|interrupt|exit|timeout|iteration|warning")
+_EXC_WORD = re.compile(r"(?i)error|exception|interrupt|exit|timeout|iteration|warning|abort")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _THREAD = re.compile(r"^Exception in thread (.+?):[ \t]*$")
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
 _KILLED = re.compile(r"(?i)^Killed(?::? 9)?[ \t]*$|^\S.*?:[ \t]+(?:line[ \t]+)?\d+:[ \t]+(?:\d+[ \t]+)?Killed\b"
                      r"|^\w+: killed[ \t]|oom[_-]kill|\bOut of memory: Killed process")
-_SEGFAULT = re.compile(r"(?i)segmentation fault|\bSIGSEGV\b")
-_FIELD = re.compile(r"^[ \t]*(rank|exitcode)[ \t]*:[ \t]*(-?\d{1,9})\b")
+_SEGFAULT = re.compile(r"(?i)segmentation fault(?: \(core dumped\))?|\bSIGSEGV\b")
+_FATAL = re.compile(r"(?i)floating point exception(?: \(core dumped\))?|\bbus error(?: \(core dumped\))?"
+                    r"|\baborted \(core dumped\)|\billegal instruction(?: \(core dumped\))?")
+# bash's job-control report: `script.sh: line 44: 367038 Hangup   deepspeed …`
+_JOB = re.compile(r"line \d+:[ \t]+\d+[ \t]+(Hangup|Terminated|Interrupt|Quit|Killed|Aborted|Segmentation fault|Bus error)\b")
+_SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death signal|received signal (SIG\w+)"
+                     r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal")
+_ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
+_CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
+# Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
+_AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+_DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
+_DS_RANK = re.compile(r"--local_rank=(\d+)")
+_FIELD = re.compile(r"^[ \t]*(rank|exitcode|local_rank)[ \t]*:[ \t]*(-?\d{1,9})\b")
 _SIGNALS = {9: "SIGKILL (often the kernel's OOM killer)", 6: "SIGABRT (e.g. after an NCCL timeout)",
             11: "SIGSEGV", 7: "SIGBUS (often /dev/shm too small)", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
+_SIGNAL_NUMBERS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+# In a chain of exceptions the cause is often the first: these say what really happened.
+_CAUSES = re.compile(r"(?i)out of memory|killed by signal|CUDA error|NCCL|No space left|device-side assert|"
+                     r"Segmentation fault|cannot allocate memory")
 
 
 def _trim(text: str, limit: int = 200) -> str:
@@ -50,16 +66,20 @@ def _exception(text: str) -> tuple[str, str] | None:
     return name, m["msg"] or ""
 
 
-def _exc_kind(exc_type: str, message: str) -> str:
+def _exc_kind(exc_type: str, message: str) -> Kind:
     if exc_type.endswith("OutOfMemoryError") or "CUDA out of memory" in message:
-        return "oom"
+        return Kind.OOM
     if _WATCHDOG.search(message):
-        return "nccl_timeout"
+        return Kind.NCCL_TIMEOUT
     if exc_type.endswith("DistBackendError") or "NCCL error" in message or "NCCL communicator was aborted" in message:
-        return "nccl_error"
+        return Kind.NCCL_ERROR
     if "out of memory" in message.lower():  # "CUDA error: out of memory", "HIP out of memory"
-        return "oom"
-    return "child_failed" if exc_type.endswith("ChildFailedError") else "traceback"
+        return Kind.OOM
+    if exc_type.endswith("KeyboardInterrupt"):
+        return Kind.INTERRUPTED
+    if "device-side assert" in message:
+        return Kind.ASSERT
+    return Kind.CHILD_FAILED if exc_type.endswith("ChildFailedError") else Kind.TRACEBACK
 
 
 def _root_cause(texts: Sequence[str]) -> tuple[int | None, int | None]:
@@ -77,17 +97,18 @@ def _root_cause(texts: Sequence[str]) -> tuple[int | None, int | None]:
         elif m := _FIELD.match(text):
             if not entries:
                 entries.append({"root": section == "R"})
-            entries[-1].setdefault(m[1], int(m[2]))
+            entries[-1].setdefault("rank" if m[1] in ("rank", "local_rank") else m[1], int(m[2]))
     best = (next((e for e in entries if e["root"]), None)
             or next((e for e in entries if e.get("exitcode") not in (None, -15)), None) or (entries or [{}])[0])
     return best.get("rank"), best.get("exitcode")
 
 
-def _child_failed(texts: Sequence[str], index: int) -> Crash:
-    rank, code = _root_cause(texts)
-    who = f"rank {rank} exited" if rank is not None else "a worker exited"
-    return Crash("child_failed", "ChildFailedError", f"{who} with {code}" if code is not None else "",
-                 rank=rank, exit_code=code, signal_hint=_signal_hint(code), line_index=index)
+def _child_failed(texts: Sequence[str], index: int, rank: int | None = None, code: int | None = None) -> Crash:
+    found_rank, found_code = _root_cause(texts)
+    rank = found_rank if found_rank is not None else rank
+    code = found_code if found_code is not None else code
+    return Crash(Kind.CHILD_FAILED, "ChildFailedError", "", rank=rank, exit_code=code,
+                 signal_hint=_signal_hint(code), line_index=index)
 
 
 def _watchdog_message(text: str) -> str:
@@ -97,7 +118,7 @@ def _watchdog_message(text: str) -> str:
         return _trim(text[text.find("Watchdog"):])
     seq = f" (SeqNum={parts['seq']})" if "seq" in parts else ""
     limit = f", timeout {parts['limit']} ms" if "limit" in parts else ""
-    return f"collective operation timeout: {parts['op']}{seq} ran for {parts['ran']} ms{limit}"
+    return f"NCCL collective timeout: {parts['op']}{seq} ran for {parts['ran']} ms{limit}"
 
 
 def _rank_in(text: str, rank: int | None) -> int | None:
@@ -105,50 +126,126 @@ def _rank_in(text: str, rank: int | None) -> int | None:
     return rank if rank is not None or not m else int(m[1])
 
 
+@dataclass
 class _Traceback:
     """One traceback, or one chain of them, being read."""
 
-    def __init__(self, start: int, rank: int | None, thread: str | None, ignored: bool, group: bool) -> None:
-        self.start, self.rank, self.thread, self.ignored, self.group = start, rank, thread, ignored, group
-        self.excs: list[tuple[str, str]] = []
-        self.child: Crash | None = None
+    start: int
+    rank: int | None
+    thread: str | None
+    ignored: bool
+    group: bool
+    excs: list[tuple[str, str]]
+    child: Crash | None = None
+    closed: bool = False  # its exception line was read (a chain may still follow)
 
     def crash(self) -> Crash:
         if self.child is not None:
             return replace(self.child, line_index=self.start, thread=self.thread)
         if not self.excs:  # the log ends inside the traceback
-            return Crash("traceback", thread=self.thread, rank=self.rank, line_index=self.start)
+            return Crash(Kind.TRACEBACK, thread=self.thread, rank=self.rank, line_index=self.start)
+        # The last exception names the crash; one lower in the chain that says what really happened
+        # (an OOM, a worker killed by a signal, a CUDA error) is its cause and is named instead.
         exc_type, message = self.excs[-1]
-        kinds = [_exc_kind(t, m) for t, m in reversed(self.excs)]  # the last exception names the crash…
-        kind = next((k for k in kinds if k != "traceback"), "traceback")  # …an OOM below it explains it
-        rank = _rank_in(message, self.rank) if kind.startswith("nccl") else self.rank
+        kinds = [_exc_kind(t, m) for t, m in self.excs]
+        specific = [i for i, k in enumerate(kinds) if k is not Kind.TRACEBACK]
+        if specific:
+            i = specific[-1]
+        elif kinds[-1] is Kind.TRACEBACK and (cause := [i for i, (t, m) in enumerate(self.excs) if _CAUSES.search(m)]):
+            i = cause[0]
+        else:
+            i = len(self.excs) - 1
+        exc_type, message = self.excs[i]
+        kind = kinds[i]
+        rank = _rank_in(message, self.rank) if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR) else self.rank
         return Crash(kind, exc_type, _trim(message), self.thread, rank, line_index=self.start)
 
 
+def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str]) -> Crash | None:
+    """Fatal text that is not a traceback: kills, signals, assertions, a scheduler's cancel, launchers' exits."""
+    if _WATCHDOG.search(text):
+        return Crash(Kind.NCCL_TIMEOUT, None, _watchdog_message(text), rank=_rank_in(text, rank), line_index=i)
+    if m := _TERMINATE.search(text):  # C++ abort: no Python traceback follows
+        what = next((w for t in following[:3] if (w := t.partition("what():")[2])), "")
+        kind = _exc_kind(m[1], what)
+        return Crash(kind, m[1], _trim(what), rank=_rank_in(what, rank) if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR)
+                     else rank, line_index=i)
+    if m := _CANCELLED.search(text):
+        why = (m[1] or "").strip().lower()
+        return Crash(Kind.CANCELLED, None, f"cancelled by the job scheduler{f' due to {why}' if why else ''} ({m[0].strip('* ')})",
+                     rank=rank, line_index=i)
+    if m := _JOB.search(text):
+        name = m[1]
+        kind = {"Killed": Kind.KILLED, "Segmentation fault": Kind.SEGFAULT, "Bus error": Kind.FATAL,
+                "Aborted": Kind.FATAL}.get(name, Kind.SIGNAL)
+        sig = {"Hangup": "SIGHUP", "Terminated": "SIGTERM", "Interrupt": "SIGINT", "Quit": "SIGQUIT"}.get(name)
+        return Crash(kind, None, f"{name}{f' ({sig})' if sig else ''} — the shell's report of the job's end",
+                     rank=rank, signal_hint=_SIGNALS[9] if kind is Kind.KILLED else None, line_index=i)
+    if m := _KILLED.search(text):
+        return Crash(Kind.KILLED, None, _trim(m[0]), rank=rank, signal_hint=_SIGNALS[9], line_index=i)
+    if m := _SEGFAULT.search(text):
+        return Crash(Kind.SEGFAULT, None, m[0], rank=rank, signal_hint=_SIGNALS[11], line_index=i)
+    if m := _FATAL.search(text):
+        return Crash(Kind.FATAL, None, m[0], rank=rank, line_index=i)
+    if m := _SIGNAL.search(text):
+        groups = [g for g in m.groups() if g]
+        name = next((g for g in groups if g.startswith("SIG")), None)
+        if name is None and groups and groups[0].isdigit():
+            name = _SIGNAL_NUMBERS.get(int(groups[0]), f"signal {groups[0]}")
+        return Crash(Kind.SIGNAL, None, f"the launcher received {name or 'a death signal'} and stopped its workers",
+                     rank=rank, line_index=i)
+    if m := _AGENT.search(text):
+        code, local = int(m[1]), int(m[2])
+        return _child_failed(following[:40], i, local, code)
+    if m := _DS_EXIT.search(text):
+        code = int(m[1])
+        if code == 0:
+            return None
+        local = _DS_RANK.search(text)
+        return Crash(Kind.CHILD_FAILED, "launcher", "", rank=int(local[1]) if local else rank, exit_code=code,
+                     signal_hint=_signal_hint(code), line_index=i)
+    if m := _ASSERT.search(text):
+        return Crash(Kind.ASSERT, "device-side assertion", f"`{_trim(m[1], 120)}` failed", rank=rank, line_index=i)
+    return None
+
+
 def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
-    """One stream's crashes. States: idle, frames (waiting for the exception line), after, chain."""
+    """One stream's crashes. States: idle, frames (waiting for an exception line), after, chain.
+
+    Tracebacks of processes sharing a stream interleave (sixteen ranks writing one stdout): an
+    exception line closes the oldest traceback still waiting for one."""
     crashes: list[Crash] = []
     tbs: list[_Traceback] = []
-    tb: _Traceback | None = None
-    mode, since, pending, pending_at = "idle", 0, None, -9
+    open_tbs: list[_Traceback] = []  # headers read, exception line not yet
+    mode, since = "idle", 0
+    threads: list[tuple[str, int]] = []  # `Exception in thread X:` lines waiting for their traceback (FIFO)
+    texts = [e[2] for e in entries]
     for pos, (i, rank, text) in enumerate(entries):
         bare = text.lstrip(" +|│╭─")
         if _HEADER in text and bare.startswith(("Traceback", "Exception Group Traceback")):
-            if mode != "chain" or tb is None:
-                fresh = pos - pending_at <= 3 and pending is not None
-                thread = pending if fresh and pending != "\0ignored" else None
-                tb = _Traceback(entries[pending_at][0] if thread else i, rank, thread,
-                                fresh and pending == "\0ignored", bare.startswith("Exception"))
+            chained = mode == "chain" and tbs and tbs[-1].closed
+            if chained:
+                open_tbs.append(tbs[-1])
+            else:
+                threads = [(name, at) for name, at in threads if pos - at <= 8]  # a header this close is theirs
+                name, at = threads.pop(0) if threads else (None, -1)
+                thread = name if name != "\0ignored" else None
+                tb = _Traceback(entries[at][0] if thread else i, rank, thread, name == "\0ignored",
+                                bare.startswith("Exception"), [])
                 tbs.append(tb)
-            mode, pending = "frames", None
+                open_tbs.append(tb)
+            mode = "frames"
             continue
-        if mode == "frames" and tb is not None:
+        if open_tbs:
+            tb = open_tbs[0]
             line = re.sub(r"^[ \t]*\|[ \t]?", "", text) if tb.group else text
             if line[:1].strip() and (exc := _exception(line)):
                 tb.excs.append(exc)
-                mode, since = "after", 0
+                tb.closed = True
+                open_tbs.pop(0)
+                mode, since = ("frames" if open_tbs else "after"), 0
                 if exc[0].endswith("ChildFailedError"):
-                    tb.child = _child_failed([e[2] for e in entries[pos + 1: pos + 80]], i)
+                    tb.child = _child_failed(texts[pos + 1: pos + 80], i)
                 continue
             # other unindented lines fall through: a traceback cut short by `Killed` is still both
         elif mode != "idle":
@@ -159,25 +256,18 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
         if not text[:1].strip():
             continue  # indented: frames, message continuations, torchrun's report fields
         if m := _THREAD.match(text):
-            pending, pending_at, mode = m[1], pos, "idle"
+            threads.append((m[1], pos))
+            mode = "idle" if not open_tbs else mode
         elif text.startswith("Exception ignored in"):
-            pending, pending_at = "\0ignored", pos
-        elif _WATCHDOG.search(text):
-            crashes.append(Crash("nccl_timeout", None, _watchdog_message(text), rank=_rank_in(text, rank), line_index=i))
-        elif m := _TERMINATE.search(text):  # C++ abort: no Python traceback follows
-            what = next((w for _, _, t in entries[pos + 1: pos + 4] if (w := t.partition("what():")[2])), "")
-            kind = _exc_kind(m[1], what)
-            rank = _rank_in(what, rank) if kind.startswith("nccl") else rank
-            crashes.append(Crash(kind, m[1], _trim(what), rank=rank, line_index=i))
-        elif _KILLED.search(text) or _SEGFAULT.search(text):
-            kind = "killed" if _KILLED.search(text) else "segfault"
-            if not crashes or crashes[-1].kind != kind or i - crashes[-1].line_index > 20:  # one event, many lines
-                hint = _SIGNALS[9] if kind == "killed" else _SIGNALS[11]
-                crashes.append(Crash(kind, None, _trim(text), rank=rank, signal_hint=hint, line_index=i))
-        elif mode == "idle" and (exc := _exception(text)) and _exc_kind(*exc) != "traceback":
+            threads.append(("\0ignored", pos))
+        elif (crash := _one_line_crash(text, i, rank, texts[pos + 1:pos + 41])) is not None:
+            same = crashes and crashes[-1].kind == crash.kind and i - crashes[-1].line_index <= 20
+            if not (same and crash.kind in (Kind.KILLED, Kind.SEGFAULT, Kind.ASSERT, Kind.FATAL)):  # one event, many lines
+                crashes.append(crash)
+        elif mode == "idle" and (exc := _exception(text)) and _exc_kind(*exc) is not Kind.TRACEBACK:
             # the exception line of a traceback whose start fell before the scanned window
             if exc[0].endswith("ChildFailedError"):
-                crashes.append(_child_failed([e[2] for e in entries[pos + 1: pos + 80]], i))
+                crashes.append(_child_failed(texts[pos + 1: pos + 80], i))
             else:
                 crashes.append(Crash(_exc_kind(*exc), exc[0], _trim(exc[1]), rank=rank, line_index=i))
             mode, since = "after", 0
@@ -188,11 +278,10 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
 # common case, a window of step lines, skip the line-by-line scan: it was half a probe's Python
 # time, and the watchdog parses hundreds of probes a sweep. Plain substring tests on the
 # lower-cased text: a case-insensitive regex alternation took 11 ms on a 64 KiB window.
-_CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "terminate called", "kill",
-                "segmentation fault", "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl",
-                "childfailederror")
-_ACTIVITY_WORDS = ("sav", "checkpoint", "writing", "evaluat", "validat", "test", "sanity", "dynamo", "inductor",
-                   "compil", "autotun", "extension module", "ninja")
+_CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "terminate called", "kill", "segmentation fault",
+                "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
+                "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
+                "illegal instruction", "assertion", "cancelled", "keyboardinterrupt")
 
 
 def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:
@@ -206,7 +295,7 @@ def find_crashes(lines: Sequence[str]) -> list[Crash]:
         return []
     streams: dict[str, list[tuple[int, int | None, str]]] = {}
     for i, raw in enumerate(lines):
-        text = last_frame(strip_ansi(raw)).rstrip()
+        text = strip_host_prefix(last_frame(strip_ansi(raw)).rstrip())
         prefix = m[0].strip() if (m := RANK_PREFIX.match(text)) else ""
         rank, text = split_rank_prefix(text)
         streams.setdefault(prefix, []).append((i, rank, text.rstrip()))
@@ -214,48 +303,9 @@ def find_crashes(lines: Sequence[str]) -> list[Crash]:
     seen: set[tuple] = set()  # a watchdog timeout is reported up to three times per rank
     unique = []
     for c in crashes:
-        key = (c.rank, (re.search(r"SeqNum=(\d+)", c.message) or [c.message])[0]) if c.kind == "nccl_timeout" else None
+        key = (c.rank, (re.search(r"SeqNum=(\d+)", c.message) or [c.message])[0]) if c.kind is Kind.NCCL_TIMEOUT else None
         if key is None or key not in seen:
             unique.append(c)
             seen.add(key)
     return unique
 
-
-# Phases that may keep a healthy run silent for minutes.
-# "saving" must name what it saves: "gradient checkpointing, saving memory" is not a save.
-_SAVE = re.compile(r"(?i)\bsaving\b[^.;]{0,40}?\b(?:checkpoints?|ckpts?|models?|weights|state(?:_dict)?|optimizer|adapters?)\b"
-                   r"|checkpoint\w*\]?[ \t:-]*saving|\bis about to be saved|\bwriting (?:the )?checkpoint")
-_SAVE_DONE = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|checkpoint saved|is ready now"
-                        r"|\bsaved (?:the )?(?:checkpoint|model|state)\b")
-_EVAL = re.compile(r"(?i)\*+[ \t]*Running Evaluation|\bRunning (?:evaluation|validation)\b|^(?:Evaluating|Validating)\b"
-                   r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?"
-                   r"[ \t]*(?::|\.\.\.|…|$)")  # a bar or a banner, not "Validation loss: 2.3"
-_EVAL_DONE = re.compile(r"""(?i)^\{['"]eval_|\*+ eval metrics \*+|validation loss at iteration""")
-_COMPILE = re.compile(r"(?i)torch\._dynamo|torch\._inductor|\bcompiling\b|\bautotun"
-                      r"|building extension module|emitting ninja build file")  # torch.compile, JIT-built CUDA ops
-_ACT_STEP = re.compile(r"(?i)checkpoint[-_](\d+)|global[_ ]?step[ _=:]*(\d+)|iteration[ \t]+(\d+)|\bstep[ _=:-]*(\d+)"
-                      r"|\biter_0*(\d+)")  # checkpoint-1000, global_step1000, iteration 1000, step=1000, iter_0001000
-_NOT_ANNOUNCEMENT = re.compile(r'^(?:[ \t]{4}|\t)|^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Failed)\b:')
-
-
-def find_activity(lines: Sequence[str]) -> Activity | None:
-    """The last saving/evaluating/compiling announcement, unless a later line says it ended."""
-    if not _mentions(_ACTIVITY_WORDS, lines):
-        return None
-    current: Activity | None = None
-    for i, raw in enumerate(lines):
-        shown = last_frame(strip_ansi(raw))
-        text = split_rank_prefix(shown)[1]
-        if not text.strip() or _NOT_ANNOUNCEMENT.search(text):
-            continue  # traceback frames and code mention torch._dynamo without compiling anything
-        text = text.strip()
-        done = {"saving": _SAVE_DONE, "evaluating": _EVAL_DONE}.get(current.kind) if current else None
-        if done is not None and done.search(text):
-            current = None
-            continue
-        kind = ("saving" if _SAVE.search(text) and not _SAVE_DONE.search(text)
-                else "evaluating" if _EVAL.search(text) else "compiling" if _COMPILE.search(text) else None)
-        if kind:
-            step = next((g for g in m.groups() if g), None) if (m := _ACT_STEP.search(text)) else None
-            current = Activity(kind, shown.strip(), parse_int(step), i)
-    return current

@@ -1,23 +1,29 @@
-"""Pure: a probe's sections -> Evidence (log facts, steps, last bar, crashes, writers, GPU readings)."""
+"""Pure: a probe's sections -> Evidence (the log's lines and their stamps, progress read by structure, bars
+with their roles, crashes, announcements and ends, writers, GPU readings). No judgement yet."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
-from bot.core.facts import Activity, Bar, Crash, GpuReadings, Process, Step
-from bot.core.crashes import find_activity, find_crashes
-from bot.core.formats import parse_bar, parse_step
+from bot.core.bars import Bar, Role, frames
+from bot.core.crashes import find_crashes
+from bot.core.facts import Crash, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
-from bot.core.logtext import last_frame
-from bot.probe.script import LINE_CAP, Sections
+from bot.core.grammar import last_frame, line_time, split_rank_prefix
+from bot.core.markers import Mark, Marker, find_markers
+from bot.core.progress import bar_step, recognise
 from bot.core.redact import printable
+from bot.core.sections import LINE_CAP, Sections
 
 # A line above a loading bar that says where the weights go ("Target 1 on cuda:1...").
 _DEVICE_HINT = re.compile(r"cuda:\d+|\bgpu\s*\d|\bdevice\b|\brank\s*\d", re.I)
-KEPT_STEPS = 8  # enough for the rate, the loss and a learned step interval
 _HIDDEN = re.compile(r"^# hidden (\d{1,9})$", re.M)
+_MOVED = re.compile(r"^# moved (.+)$", re.M)
+_NEAR = re.compile(r"^# near$", re.M)
 _PROC_LINE = re.compile(r"\s*(\d+)\s+(\S+)\s+(.*)")
+_NESTED = re.compile(r"\x1b\[A")  # tqdm moves the cursor up after a bar drawn at position >= 1
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,26 @@ class LogFile:
 
 
 @dataclass(frozen=True)
+class BarLine:
+    """A line of the window whose last frame is a progress bar."""
+
+    index: int
+    bar: Bar
+    after: str = ""  # words written after the frame on the same line (its \r lost): the line's later news
+
+
+@dataclass(frozen=True)
+class MovedWriter:
+    """The log's writer holds another file of the log's folder: the log was rotated or replaced under it."""
+
+    process: Process
+    path: str
+    size: int | None
+    mtime: float | None
+    steps: tuple[Step, ...] = ()  # progress read from that file's end
+
+
+@dataclass(frozen=True)
 class Evidence:
     """Everything one probe saw, parsed; no judgement yet."""
 
@@ -38,16 +64,16 @@ class Evidence:
     now: float | None = None  # the remote clock when probed
     host: str = ""
     lines: tuple[str, ...] = ()  # the log's last lines: \r-frames collapsed, control codes removed
+    stamps: tuple[float | None, ...] = ()  # each line's own timestamp (the log's clock), where it has one
     window_truncated: bool = False  # the window starts mid-file
-    steps: tuple[Step, ...] = ()  # the last step lines, oldest first
-    last_step_index: int | None = None  # index in `lines`; -1 when the step lies before the window
-    bar: Bar | None = None  # the last progress bar in the window
-    bar_index: int | None = None
-    device_line: str | None = None  # the line above the bar when it names a device
+    steps: tuple[Step, ...] = ()  # the loop's last progress lines, oldest first (step lines or the loop's bar)
+    bars: tuple[BarLine, ...] = ()  # every line whose last frame is a bar, with the bar's role
     crashes: tuple[Crash, ...] = ()
-    activity: Activity | None = None
+    markers: tuple[Marker, ...] = ()  # announcements (saving, evaluating…) and normal ends
     writers: tuple[Process, ...] = ()  # processes holding the log open for writing
     hidden_processes: int = 0  # processes whose open files the probe was not allowed to see
+    moved: MovedWriter | None = None  # nobody writes the log, but a process writes another file of its folder
+    near: tuple[Process, ...] = ()  # nobody holds the log open, but these training processes work in its folder
     processes: tuple[Process, ...] = ()  # likely training processes on the target
     gpus: GpuReadings = field(default_factory=GpuReadings)
     problems: tuple[str, ...] = ()  # parts of the probe that failed, in words
@@ -59,12 +85,41 @@ class Evidence:
             return None
         return max(0.0, self.now - self.log.mtime)
 
+    @property
+    def last_step_index(self) -> int | None:
+        return self.steps[-1].index if self.steps else None
+
+    @property
+    def bar(self) -> Bar | None:
+        return self.bars[-1].bar if self.bars else None
+
+    @property
+    def bar_index(self) -> int | None:
+        return self.bars[-1].index if self.bars else None
+
+    def device_line(self, index: int) -> str | None:
+        """The line above a bar when it names where the work goes ("Target 1 on cuda:1")."""
+        for j in range(index - 1, max(-1, index - 4), -1):
+            above = self.lines[j].strip()
+            if above and not any(b.index == j for b in self.bars):
+                return above.rstrip(". ") if _DEVICE_HINT.search(above) and len(above) < 160 else None
+        return None
+
+
+# syslog and CloudWatch (SageMaker's logs) write control characters as `#` and three octal digits.
+_SYSLOG_ESCAPE = re.compile(r"#0(15|33)(?=\[|[A-Za-z ]|$)", re.M)
+
+
+def _unescape_syslog(text: str) -> str:
+    if "#015" not in text and "#033" not in text:
+        return text
+    return _SYSLOG_ESCAPE.sub(lambda m: "\r" if m[1] == "15" else "\x1b", text)
+
 
 def collapse_frames(text: str) -> list[str]:
-    """Split text into lines, keeping only the last frame of each \r-redrawn line (tqdm bars)."""
-    lines = []
-    for raw in text.split("\n"):
-        lines.append(printable(last_frame(raw))[:LINE_CAP])
+    """Split text into lines, keeping only the last frame of each \\r-redrawn line (tqdm bars)."""
+    text = _unescape_syslog(text)
+    lines = [printable(last_frame(raw))[:LINE_CAP] for raw in text.split("\n")]
     if lines and lines[-1] == "" and (text.endswith("\n") or not text):
         lines.pop()
     return lines
@@ -90,18 +145,15 @@ def _log_file(path: str, meta: dict[str, str]) -> LogFile:
     if meta.get("exists") == "0":
         return LogFile(path, exists=False, dir_exists=meta.get("dir") != "0")
     size = _number(meta.get("size"))
-    return LogFile(
-        path,
-        exists=True,
-        size=int(size) if size is not None else None,
-        mtime=_number(meta.get("mtime")),
-        readable=meta.get("readable") != "0",
-    )
+    return LogFile(path, exists=True, size=int(size) if size is not None else None, mtime=_number(meta.get("mtime")),
+                   readable=meta.get("readable") != "0")
 
 
 def parse_processes(text: str) -> tuple[Process, ...]:
     found = []
     for line in text.splitlines():
+        if line.startswith(("#", "size=")):
+            continue
         m = _PROC_LINE.match(line)
         if m:
             elapsed = m.group(2)
@@ -109,35 +161,110 @@ def parse_processes(text: str) -> tuple[Process, ...]:
     return tuple(found)
 
 
-def _steps(lines: list[str], searched: str, custom: re.Pattern[str] | None) -> tuple[tuple[Step, ...], int | None]:
-    """The last step lines: from the window when it has any, else from the wider search."""
-    # From the end: only the last few matter, and parsing all of a 64 KiB window of step lines
-    # was most of the Python time of a probe (measured by the Slack bench).
-    in_window: list[tuple[int, Step]] = []
-    for i in range(len(lines) - 1, -1, -1):
-        if step := parse_step(lines[i], custom):
-            in_window.append((i, step))
-            if len(in_window) == KEPT_STEPS:
-                break
-    if in_window:
-        return tuple(s for _, s in reversed(in_window)), in_window[0][0]
-    found = [s for line in collapse_frames(searched) if not line.startswith("cap=") and (s := parse_step(line, custom))]
-    return (tuple(found[-KEPT_STEPS:]), -1) if found else ((), None)
-
-
-def _last_bar(lines: list[str]) -> tuple[Bar | None, int | None, str | None]:
-    for i in range(len(lines) - 1, -1, -1):
-        # Every tqdm frame has "|" (the bar) or "[" (its timing); most log lines have neither.
-        if ("|" not in lines[i] and "[" not in lines[i]) or (bar := parse_bar(lines[i])) is None:
+def _bars(raw_lines: Sequence[str], lines: Sequence[str]) -> tuple[BarLine, ...]:
+    out = []
+    for i, shown in enumerate(lines):
+        if "|" not in shown and "[" not in shown and "━" not in shown:
             continue
-        device = None
-        for j in range(i - 1, max(-1, i - 4), -1):
-            above = lines[j].strip()
-            if above and parse_bar(above) is None:
-                device = above.rstrip(". ") if _DEVICE_HINT.search(above) and len(above) < 160 else None
-                break
-        return bar, i, device
-    return None, None, None
+        own = split_rank_prefix(shown)[1]
+        found = frames(own, nested=bool(_NESTED.search(raw_lines[i][-400:])))
+        if found:
+            after = own[found[-1].end:].strip()
+            out.append(BarLine(i, found[-1], after if _GLUED.search(after) else ""))
+    return tuple(_place(out))
+
+
+# Text after a bar that is a message of its own, not the bar's padding or a stray character.
+_GLUED = re.compile(r"[A-Za-z]{3,}.*\d|\d.*[A-Za-z]{3,}")
+
+
+def _reading_lines(lines: Sequence[str], bars: Sequence[BarLine]) -> list[str]:
+    """The lines as the progress and announcement readers see them: a bar with a message glued after it
+    (its \r lost in a copy) stands for that message."""
+    out = list(lines)
+    for b in bars:
+        if b.after:
+            out[b.index] = b.after
+    return out
+
+
+def _place(bars: list[BarLine]) -> list[BarLine]:
+    """Roles that need the neighbours: a nested bar with no description inside a loop is its evaluation
+    (HF Trainer), a loop bar's nested saves keep their own roles; with no nesting marks (a log whose
+    ESC codes were stripped), a bar with no description and another total after a loop bar is the same."""
+    loop_totals = [b.bar.total for b in bars if b.bar.role is Role.TRAINING and not b.bar.desc and not b.bar.nested]
+    # The loop's total: the commonest, and between equals the first (a final evaluation comes after the loop).
+    loop_total = max(dict.fromkeys(loop_totals), key=loop_totals.count) if loop_totals else None
+    placed = []
+    for b in bars:
+        bar = b.bar
+        if bar.nested and not bar.desc:
+            bar = replace(bar, role=Role.EVALUATING)
+        elif (bar.role is Role.TRAINING and not bar.desc and loop_total is not None and bar.total != loop_total
+              and loop_totals.count(bar.total) <= loop_totals.count(loop_total)):
+            bar = replace(bar, role=Role.EVALUATING)
+        placed.append(replace(b, bar=bar))
+    return placed
+
+
+def _progress(lines: Sequence[str], stamps: Sequence[float | None], earlier: Sequence[str],
+              bars: Sequence[BarLine]) -> tuple[Step, ...]:
+    """The loop's progress: its step lines, or its own bar's frames, whichever comes later in the log.
+
+    A loop that prints step lines and draws a bar (HF Trainer: loss dicts and the bar) has both; the
+    bar's n/total is the global step, the lines carry the loss."""
+    steps = recognise(lines, stamps, earlier)
+    loop = [b for b in bars if b.bar.role is Role.TRAINING and not b.bar.nested]
+    if not loop:
+        return steps
+    frames_ = tuple(_with_epoch_header(bar_step(b.bar, b.index), lines) for b in loop[-8:])
+    if not steps:
+        return frames_
+    # Both: the later one leads, the other fills in what it lacks (HF: the bar counts, the dicts carry
+    # the loss; kohya: the bar carries avr_loss, the epoch lines the epoch).
+    lead, other = (frames_, steps) if frames_[-1].index > steps[-1].index else (steps, frames_)
+    last, aside = lead[-1], other[-1]
+    filled = replace(
+        last,
+        step=last.step if last.step is not None else aside.step,
+        total=last.total if last.step is not None else aside.total,
+        counter=last.counter if last.step is not None else aside.counter,
+        loss=last.loss if last.loss is not None else aside.loss,
+        loss_key=last.loss_key if last.loss is not None else aside.loss_key,
+        non_finite=last.non_finite or (aside.non_finite if last.loss is None else ()),
+        epoch=last.epoch if last.epoch is not None else aside.epoch,
+        rate=last.rate if last.rate is not None else aside.rate,
+        rate_unit=last.rate_unit if last.rate is not None else aside.rate_unit,
+    )
+    return (*lead[:-1], filled)
+
+
+_EPOCH_HEADER = re.compile(r"^[ \t]*Epoch[ \t]+(\d+)/(\d+)[ \t]*$")
+
+
+def _with_epoch_header(step: Step, lines: Sequence[str]) -> Step:
+    """Keras prints `Epoch 7/10` on a line of its own above the epoch's bar."""
+    if step.epoch is not None or step.index < 0:
+        return step
+    for j in range(step.index - 1, max(-1, step.index - 4), -1):
+        if m := _EPOCH_HEADER.match(lines[j]):
+            return replace(step, epoch=float(m[1]), epoch_total=int(m[2]), counter="batch")
+    return step
+
+
+def _moved(sections: Sections) -> MovedWriter | None:
+    text = sections.text("writers", 1 << 16)
+    if not (m := _MOVED.search(text)):
+        return None
+    after = text[m.end():]
+    meta = _key_values(after.split("\n", 2)[1] if "\n" in after else "")
+    procs = parse_processes(after)
+    if not procs:
+        return None
+    lines = collapse_frames(sections.text("moved.window"))[1:]  # its first line is cut
+    size = _number(meta.get("size"))
+    return MovedWriter(procs[0], m[1].strip(), int(size) if size is not None else None, _number(meta.get("mtime")),
+                       recognise(lines, [line_time(x) for x in lines]))
 
 
 def _problems(sections: Sections, log: LogFile) -> list[str]:
@@ -156,34 +283,65 @@ def _problems(sections: Sections, log: LogFile) -> list[str]:
     return problems
 
 
-def read_evidence(sections: Sections, log_path: str, custom: re.Pattern[str] | None = None) -> Evidence:
+def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     """Parse a probe's sections. Never raises: what cannot be read becomes a problem."""
     meta = _key_values(sections.text("meta", 4096))
     log = _log_file(log_path, meta)
-    window = sections.text("window")
+    window = _unescape_syslog(sections.text("window"))
+    raw_lines = window.split("\n")
     lines = collapse_frames(window)
+    raw_lines = raw_lines[: len(lines)]
     truncated = bool(log.size and log.size > len(sections.get("window") or b""))
     if truncated and lines:
-        lines = lines[1:]  # the first line is cut somewhere in the middle
-    steps, last_step = _steps(lines, sections.text("steps", 1 << 18), custom)
+        lines, raw_lines = lines[1:], raw_lines[1:]  # the first line is cut somewhere in the middle
+    stamps = [line_time(x) for x in lines]
+    earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
+    bars = _bars(raw_lines, lines)
+    reading = _reading_lines(lines, bars)
+    steps = _progress(reading, stamps, earlier, bars)
+    if custom is not None and not steps:
+        steps = _custom(lines, custom)
     writers_text = sections.text("writers", 1 << 16)
-    bar, bar_index, device = _last_bar(lines)
+    near_text = writers_text[m.end():] if (m := _NEAR.search(writers_text)) else ""
+    for mark in (_MOVED, _NEAR):
+        writers_text = writers_text[: m.start()] if (m := mark.search(writers_text)) else writers_text
     return Evidence(
         log=log,
         now=_number(meta.get("now")),
         host=meta.get("host", ""),
         lines=tuple(lines),
+        stamps=tuple(stamps),
         window_truncated=truncated,
         steps=steps,
-        last_step_index=last_step,
-        bar=bar,
-        bar_index=bar_index,
-        device_line=device,
+        bars=bars,
         crashes=tuple(find_crashes(lines)),
-        activity=find_activity(lines),
+        markers=find_markers(lines) + _glued_markers(raw_lines, len(lines)),
         writers=parse_processes(writers_text),
         hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,
+        moved=_moved(sections),
+        near=parse_processes(near_text),
         processes=parse_processes(sections.text("procs", 1 << 16)),
         gpus=parse_gpu_section(sections.text("gpus", 1 << 18)),
         problems=tuple(_problems(sections, log)),
     )
+
+
+def _glued_markers(raw_lines: Sequence[str], count: int) -> tuple[Marker, ...]:
+    """Ends glued into an earlier \\r-frame of the last lines (Lightning prints `Trainer.fit stopped`
+    onto its bar, then redraws the bar over it)."""
+    out = []
+    for i in range(max(0, count - 5), count):
+        raw = raw_lines[i]
+        if "\r" in raw:
+            for frame in raw.split("\r")[:-1]:
+                for m in find_markers([printable(frame)]):
+                    if m.kind is Mark.ENDED:
+                        out.append(replace(m, index=i))
+    return tuple(out)
+
+
+def _custom(lines: Sequence[str], custom) -> tuple[Step, ...]:
+    from bot.core.formats import parse_step
+
+    found = [replace(s, index=i) for i, line in enumerate(lines) if (s := parse_step(line, custom))]
+    return tuple(found[-8:])

@@ -1,7 +1,8 @@
-"""Value objects shared by every layer: steps, bars, crashes, processes, GPU readings."""
+"""Value objects shared by every layer: steps, crashes, processes, GPU readings."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 
@@ -17,32 +18,39 @@ class Step:
     rate_unit: str | None = None  # "tok/s", "it/s", "samples/s"…
     epoch: float | None = None
     elapsed: float | None = None  # seconds since the run started, when printed (step=… elapsed=3.4s)
-    fmt: str = "custom"  # which recogniser matched: "kv", "hf", "torchtitan", "megatron", "nanogpt", "lightning", "custom"
+    fmt: str = "custom"  # how it was read: "structure" (a recurring template), "bar" (the loop's own bar), "custom"
+    epoch_total: int | None = None  # "epoch 3/10": 10
+    counter: str | None = None  # the key the counter was read from: "iteration", "s", "batch", "step"
+    loss_key: str | None = None  # "lm loss", "train_loss", "trl"
+    step_time: float | None = None  # seconds a step took, when the line says (iter time, elapsed per iteration)
+    index: int = -1  # the line's place in the window; negative: found further back
+    stamp: float | None = None  # the line's own timestamp, on the log's clock (only differences mean anything)
+    non_finite: tuple[str, ...] = ()  # keys whose value is nan or inf on this line ("loss", "grad_norm")
+    lr: float | None = None  # the learning rate the line prints (its schedule says where the run plans to end)
 
 
-@dataclass(frozen=True)
-class Bar:
-    """The last frame of a tqdm progress bar."""
+class Kind(str, enum.Enum):
+    """What a Crash is (a str, so a Crash compares equal to its kind's word)."""
 
-    desc: str  # "Loading weights"
-    pct: int | None
-    n: int | None
-    total: int | None
-    rate: str | None = None  # "199.62it/s"
-    elapsed: str | None = None  # "00:03"
-    remaining: str | None = None  # "00:12"
-    frame: str = ""  # the frame as printed
-
-    @property
-    def finished(self) -> bool:
-        return self.total is not None and self.n is not None and self.n >= self.total
+    TRACEBACK = "traceback"
+    OOM = "oom"
+    NCCL_TIMEOUT = "nccl_timeout"
+    NCCL_ERROR = "nccl_error"
+    CHILD_FAILED = "child_failed"  # a launcher's report that a worker failed (torchrun, DeepSpeed)
+    KILLED = "killed"  # SIGKILL: `Killed`, the kernel's OOM killer
+    SEGFAULT = "segfault"
+    SIGNAL = "signal"  # a death signal the launcher or shell reports: SIGTERM, SIGHUP, SIGINT
+    INTERRUPTED = "interrupted"  # KeyboardInterrupt
+    ASSERT = "assert"  # a CUDA kernel's device-side assertion
+    FATAL = "fatal"  # Floating point exception, Bus error, Aborted, Illegal instruction
+    CANCELLED = "cancelled"  # the job scheduler ended it (SLURM time limit, preemption)
 
 
 @dataclass(frozen=True)
 class Crash:
     """A traceback or fatal signature found near the end of the log."""
 
-    kind: str  # "traceback", "oom", "nccl_timeout", "nccl_error", "child_failed", "killed", "segfault"
+    kind: Kind
     exc_type: str | None = None  # "torch.OutOfMemoryError"
     message: str = ""  # first line of the exception message, trimmed
     thread: str | None = None  # "drafter-1" for `Exception in thread drafter-1:`
@@ -85,13 +93,3 @@ class GpuReadings:
     @property
     def indices(self) -> list[int]:
         return sorted({g.index for round_ in self.samples for g in round_})
-
-
-@dataclass(frozen=True)
-class Activity:
-    """A non-training phase announced by the last lines: saving, evaluating, compiling."""
-
-    kind: str  # "saving", "evaluating", "compiling"
-    line: str
-    step: int | None = None
-    line_index: int = -1

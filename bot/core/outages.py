@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bot.core.verdict import Level, Phase, Verdict
+from bot.core.verdict import Concern, Level, Phase, Verdict, Worry
 
 HOST_GROUP_MIN = 2  # runs a host must have for its outage to be told as one incident
 # How a probe fails when the host itself is away; a stopped container ("container") is the run's own news.
@@ -36,7 +36,7 @@ def outage(host: str, verdicts: Sequence[Verdict]) -> Verdict | None:
     why = verdicts[0].headline
     return Verdict(run=host_key(host), phase=Phase.UNREACHABLE, level=Level.CRIT,
                    headline=f"{len(names)} runs on {host} unreachable ({shown}) — {why}",
-                   concerns=("unreachable",), failure_kind=verdicts[0].failure_kind)
+                   concerns=(Concern(Worry.UNREACHABLE),), failure_kind=verdicts[0].failure_kind)
 
 
 def answering(host: str, verdicts: Sequence[Verdict]) -> Verdict:

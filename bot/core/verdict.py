@@ -1,4 +1,5 @@
-"""Pure: the Verdict a diagnosis produces, its phases and ordered levels (nagiosplugin-style `worst`)."""
+"""Pure: the Verdict a diagnosis produces — its phase, ordered level (nagiosplugin-style `worst`), typed
+concerns for the alert machine, typed findings and facts for the renderers."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ class Level(enum.IntEnum):
 
     OK = 0  # steady training, a clean finish
     NOTE = 1  # normal but not steady: starting, loading, saving, evaluating
-    WARN = 2  # degraded: a thread died, a GPU role idle
+    WARN = 2  # degraded: a thread died, a GPU role idle, loss NaN
     CRIT = 3  # silent, crashed, stopped, unreachable, no log
 
 
@@ -28,10 +29,11 @@ class Phase(str, enum.Enum):
     NO_LOG = "no log"
     STARTING = "starting"
     LOADING = "loading"
+    PREPARING = "preparing"  # dataset map / tokenize / index building
     COMPILING = "compiling"
     SAVING = "saving"
     EVALUATING = "evaluating"
-    BUSY = "in progress"  # some other progress bar after the steps
+    BUSY = "in progress"  # some other progress bar, of a kind we cannot place
     TRAINING = "training"
     THREAD_DIED = "thread died"
     SILENT = "silent"
@@ -44,27 +46,104 @@ class Phase(str, enum.Enum):
 TAIL_DEFAULT, TAIL_MAX = 20, 200
 
 # Phases that may be silent for `loading_grace` rather than `silence_after`.
-GRACE_PHASES = frozenset({Phase.STARTING, Phase.LOADING, Phase.COMPILING, Phase.SAVING, Phase.EVALUATING, Phase.BUSY})
+GRACE_PHASES = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.COMPILING, Phase.SAVING,
+                          Phase.EVALUATING, Phase.BUSY})
+
+
+class Worry(str, enum.Enum):
+    """What the alert machine may open an incident for, most severe last."""
+
+    GPU_IDLE = "gpu_idle"  # a GPU role idle beside one that works (subject: the role)
+    LOG_REPLACED = "log_replaced"  # the writer writes another file (subject: that file)
+    NAN_LOSS = "nan_loss"
+    THREAD_DIED = "thread_died"  # subject: the thread
+    HUNG_ON_EXIT = "hung_on_exit"
+    SILENT = "silent"
+    UNREACHABLE = "unreachable"
+    UNREADABLE = "unreadable"
+    NO_LOG = "no_log"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+    HELD = "held"  # not a problem of the run's own: its host's outage is told as one incident
+
+
+SEVERITY = {Worry.GPU_IDLE: 1, Worry.LOG_REPLACED: 1, Worry.NAN_LOSS: 2, Worry.THREAD_DIED: 2, Worry.HUNG_ON_EXIT: 2,
+            Worry.SILENT: 3, Worry.UNREACHABLE: 3, Worry.UNREADABLE: 4, Worry.NO_LOG: 4, Worry.STOPPED: 4,
+            Worry.CRASHED: 5, Worry.HELD: 0}
+
+
+@dataclass(frozen=True)
+class Concern:
+    """One reason to alert: what (kind) and about what (the thread, the role), never a "kind:arg" string."""
+
+    kind: Worry
+    subject: str | None = None
+
+    @property
+    def severity(self) -> int:
+        return SEVERITY[self.kind]
+
+    @property
+    def key(self) -> str:
+        """Its spelling in the state file (and nowhere else): "thread_died:drafter-1"."""
+        return f"{self.kind.value}:{self.subject}" if self.subject is not None else self.kind.value
+
+    @classmethod
+    def from_key(cls, key: str) -> Concern:
+        kind, sep, subject = key.partition(":")
+        try:
+            return cls(Worry(kind), subject if sep else None)
+        except ValueError:  # a concern a newer runbot wrote: the closest this one knows
+            return cls(Worry.SILENT, None)
+
+
+class Finding(str, enum.Enum):
+    """Something worth a line beside the headline."""
+
+    NAN_LOSS = "nan_loss"
+    THREAD_DIED = "thread_died"
+    IDLE_ROLE = "idle_role"
+    LOG_REPLACED = "log_replaced"
+    STUCK_COLLECTIVE = "stuck_collective"
+    HUNG_ON_EXIT = "hung_on_exit"
+    NO_FILE_PROGRESS = "no_file_progress"  # Lightning's rich bar: nothing reaches a file while it trains
+
+
+@dataclass(frozen=True)
+class Found:
+    """A finding and what it is about."""
+
+    what: Finding
+    detail: str = ""  # the role, the thread, the file — short and in words
+    step: int | None = None  # where it began (NaN since step 45)
+    before: float | None = None  # the last good value (0.0031 at step 40)
+    before_step: int | None = None
+    unit: str = "step"  # what `step` and `before_step` count: "step", "iteration", "batch"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a run is doing, in one line plus a few short facts."""
+    """What a run is doing: one line, and the typed facts each renderer formats its own way."""
 
     run: str
     phase: Phase
     level: Level
     headline: str  # the one line: what a lock-screen notification shows
-    facts: tuple[tuple[str, str], ...] = ()  # (label, short text), most useful first
-    step: Step | None = None
+    step: Step | None = None  # the loop's latest progress
+    progress_age: float | None = None  # seconds since the counter last moved (line stamps, the last probe, mtime)
+    progress_since: float | None = None  # remote clock when the counter reached its current value
     silent_for: float | None = None  # seconds since the log last grew (remote clock)
+    log_size: int | None = None
     threshold: float | None = None  # the silence allowed in this phase
     writer: Process | None = None
+    hidden_processes: int = 0  # the probe could not see these processes' files (not root)
+    process: Process | None = None  # a likely training process, when there is no log
     crash: Crash | None = None
     thread_crash: Crash | None = None
+    findings: tuple[Found, ...] = ()
     gpu: GpuReport | None = None
     tail: tuple[str, ...] = ()  # last lines of the log, bars collapsed, cleaned (not yet redacted)
-    concerns: tuple[str, ...] = ()  # machine-readable reasons for alerts: "silent", "crashed", "gpu_idle:drafter"…
+    concerns: tuple[Concern, ...] = ()  # reasons for alerts, most important first
     problems: tuple[str, ...] = ()  # probe parts that failed
     observed_at: float | None = None  # remote clock of the probe
     failure_kind: str | None = None  # set when the target could not be reached

@@ -12,7 +12,8 @@ from typing import Callable, Protocol
 
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
-from bot.probe.script import ProbeTarget, build_script, split_sections
+from bot.core.sections import split_sections
+from bot.probe.script import ProbeTarget, build_script
 from bot.probe.runners import RunResult, Runner
 from bot.core.verdict import Verdict
 from config.validate import compile_step_pattern

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.formats import step_grep_ere
+from bot.core.sections import LINE_CAP
+
 
 # The last bytes of the log sent back whole: enough for the tail, the last bar frames and a
 # traceback, small enough that a sweep of hundreds of runs moves little data.
@@ -20,11 +21,9 @@ WINDOW_BYTES = 64 * 1024
 # look in growing slices from the end, never the whole file, so the cost stays flat in the log's size.
 STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
 STEP_LINES = 32  # prose that mentions "step" must not push real step lines out
-LINE_CAP = 2000  # characters kept of one found line: bars can make one line of 100 MB
+MOVED_WINDOW_BYTES = 16 * 1024  # the end of the file a writer moved to (a rotated log): enough for its last steps
 GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"
 PROCESS_HINT = r"python|torchrun|deepspeed|accelerate"
-
-_NAME = re.compile(r"[a-z][a-z.]*\Z")
 
 
 class ProbeTarget(Protocol):
@@ -33,10 +32,6 @@ class ProbeTarget(Protocol):
     log: str
     step_pattern: str | None
     gpu_samples: int
-
-
-def marker(nonce: str) -> bytes:
-    return f"\n@@RB:{nonce}@@ ".encode()
 
 
 def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYTES) -> str:
@@ -64,6 +59,7 @@ def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYT
         "PROC_HINT": PROCESS_HINT,
         "STEP_LINES": str(STEP_LINES),
         "LINE_CAP": str(LINE_CAP),
+        "MOVED_WINDOW": str(MOVED_WINDOW_BYTES),
     }
     assigns = "\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
     return f"{assigns}\n{_BODY}"
@@ -130,7 +126,8 @@ writers() {
   local fd d n pid flags k v seen=' ' pids='' hidden=0
   # A probe that may not look into other users' fds cannot tell "no writer" from "not allowed
   # to see it": count what it could not read, so the diagnosis does not call the run stopped.
-  for d in /proc/[0-9]*/fd; do [[ -r $d && -x $d ]] || hidden=$((hidden + 1)); done
+  # (A process that exits between the glob and the test is gone, not hidden.)
+  for d in /proc/[0-9]*/fd; do [[ -r $d && -x $d ]] || [[ ! -e $d ]] || hidden=$((hidden + 1)); done
   echo "# hidden $hidden"
   for fd in /proc/[0-9]*/fd/*; do
     [[ $fd -ef $LOG ]] || continue
@@ -141,8 +138,52 @@ writers() {
     case $seen in *" $pid "*) continue ;; esac
     seen="$seen$pid "; pids="$pids${pids:+,}$pid"
   done
-  [ -n "$pids" ] || return 0
+  if [ -z "$pids" ]; then moved || near; return 0; fi
   ps -o pid=,etimes=,args= -p "$pids" | cut -c "1-$LINE_CAP"
+}
+
+near() {  # nobody writes $LOG: a training process working in its folder may open it for each write
+  local dir=${LOG%/*} d p pid skip dirs=() pids='' i
+  # The log's folder and two above it, but never a top-level one (/tmp, /home, /data): those hold everyone's work.
+  d=$dir
+  for ((i = 0; i < 3; i++)); do
+    [[ $d == /*/* ]] || break
+    dirs+=("$d"); d=${d%/*}
+  done
+  [ ${#dirs[@]} -gt 0 ] || return 0
+  skip=" $(ancestors | tr '\n' ' ')"
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    case $skip in *" $pid "*) continue ;; esac
+    for d in "${dirs[@]}"; do
+      if [[ $p/cwd -ef $d ]]; then pids="$pids${pids:+,}$pid"; break; fi
+    done
+  done
+  [ -n "$pids" ] || return 0
+  echo '# near'
+  ps -o pid=,etimes=,args= -p "$pids" | grep -aE -- "$PROC_HINT" | cut -c "1-$LINE_CAP"
+  return 0
+}
+
+moved() {  # nobody writes $LOG: does a process write another file of its folder (a log rotated away under it)?
+  local dir=${LOG%/*} base=${LOG##*/} cands c fd pid n flags k v
+  cands=$(ls -1t -- "$dir/$base"?* 2>/dev/null | head -n 3)
+  [ -n "$cands" ] || return 1
+  while IFS= read -r c; do
+    for fd in /proc/[0-9]*/fd/*; do
+      [[ $fd -ef $c ]] || continue
+      pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}
+      flags=0
+      while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$pid/fdinfo/$n" 2>/dev/null
+      (( (8#$flags & 3) == 0 )) && continue
+      printf '# moved %s\n' "$c"
+      stat -L -c 'size=%s mtime=%Y' -- "$c"
+      ps -o pid=,etimes=,args= -p "$pid" | cut -c "1-$LINE_CAP"
+      mark moved.window; tail -c "$MOVED_WINDOW" -- "$c"
+      return 0
+    done
+  done <<< "$cands"
+  return 1
 }
 
 ancestors() {  # this probe's own chain (bash, timeout, pct, sshd, or the bot itself): never "the run"
@@ -177,40 +218,3 @@ part procs procs
 mark gpus; cat <&4
 mark end
 """
-
-
-@dataclass(frozen=True)
-class Sections:
-    """A probe's output split by section name; missing sections are simply absent."""
-
-    parts: dict[str, bytes]
-
-    def get(self, name: str) -> bytes | None:
-        return self.parts.get(name)
-
-    def text(self, name: str, limit: int = 1 << 20) -> str:
-        raw = self.parts.get(name) or b""
-        return raw[:limit].decode("utf-8", "replace")
-
-    def rc(self, name: str) -> int | None:
-        raw = self.parts.get(f"{name}.rc")
-        try:
-            return int(raw.strip()) if raw is not None else None
-        except ValueError:
-            return None
-
-    @property
-    def complete(self) -> bool:
-        return "end" in self.parts
-
-
-def split_sections(stdout: bytes, nonce: str) -> Sections:
-    """Cut the probe's stdout at its marker lines. Never raises, whatever the bytes."""
-    parts: dict[str, bytes] = {}
-    chunks = (b"\n" + stdout).split(marker(nonce))
-    for chunk in chunks[1:]:
-        name, _, body = chunk.partition(b"\n")
-        key = name.decode("ascii", "replace").strip()
-        if _NAME.match(key) and key not in parts:
-            parts[key] = body
-    return Sections(parts)

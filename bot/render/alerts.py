@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, tzinfo
+from datetime import tzinfo
 
 from bot.core import humanize as hz
-from bot.core.alerts import Post, Reply, RunState, Status, severity
+from bot.render.times import clock, slack_time
+from bot.core.alerts import Post, Reply, RunState, Status
 from bot.render.slack import (
     ACTION_MUTE,
     buttons,
@@ -17,50 +18,55 @@ from bot.render.slack import (
     section,
     verdict_blocks,
 )
-from bot.core.verdict import Phase, Verdict
+from bot.core.verdict import Concern, Phase, Verdict, Worry
 
 MUTE_FOR_S = 3600.0  # the alert's Mute button
 EMOJI = {"crit": ":red_circle:", "warn": ":large_orange_circle:", "recovering": ":large_yellow_circle:",
          "recovered": ":white_check_mark:", "finished": ":checkered_flag:"}
 
 
-def clock(ts: float, tz: tzinfo | None = None) -> str:
-    """"14:30 UTC": `ts` in `tz` (None: UTC), always labelled. Never the machine's own zone: it is
-    nobody's in particular, and reading it would make this module depend on where it runs."""
-    when = datetime.fromtimestamp(ts, tz or UTC)
-    return f"{when:%H:%M} {when.tzname() or 'UTC'}"
-
-
-def slack_time(ts: float, tz: tzinfo | None = None) -> str:
-    """A Slack date token: every reader sees `ts` in their own time zone; clients that cannot render
-    it (and notifications) show the fallback, clock(ts, tz). Made only of a number and that fallback,
-    so it goes into text *after* escaping (safe() would turn its < > into text) — never build one
-    from log text."""
-    fallback = re.sub(r"[<>|&]", "", clock(ts, tz))
-    return f"<!date^{int(ts)}^{{time}}|{fallback}>"
-
-
-def concern_words(concern: str | None) -> str:
+def concern_words(concern: Concern | None) -> str:
     if concern is None:
         return "a problem"
-    what, _, who = concern.partition(":")
-    return {
-        "silent": "silent", "crashed": "crashed", "stopped": "stopped", "no_log": "log missing",
-        "unreadable": "log unreadable", "unreachable": "unreachable", "hung_on_exit": "hung on exit",
-        "thread_died": f"thread {who} died", "gpu_idle": f"{who} GPUs idle",
-    }.get(what, what.replace("_", " "))
+    who = concern.subject or ""
+    match concern.kind:
+        case Worry.SILENT:
+            return "silent"
+        case Worry.CRASHED:
+            return "crashed"
+        case Worry.STOPPED:
+            return "stopped"
+        case Worry.NO_LOG:
+            return "log missing"
+        case Worry.UNREADABLE:
+            return "log unreadable"
+        case Worry.UNREACHABLE:
+            return "unreachable"
+        case Worry.HUNG_ON_EXIT:
+            return "hung on exit"
+        case Worry.NAN_LOSS:
+            return "loss NaN"
+        case Worry.THREAD_DIED:
+            return f"thread {who} died"
+        case Worry.GPU_IDLE:
+            return f"{who} GPUs idle"
+        case Worry.LOG_REPLACED:
+            return f"log replaced by {concern.subject}" if concern.subject else "log replaced"
+        case Worry.HELD:
+            return "host down"
+    return concern.kind.value.replace("_", " ")
 
 
 def _emoji(state: RunState) -> str:
     if state.flapping:
-        return EMOJI["crit"] if severity(state.concern or "") >= 3 else EMOJI["warn"]
+        return EMOJI["crit"] if state.concern is None or state.concern.severity >= 3 else EMOJI["warn"]
     if state.status is Status.RESOLVED:
         return EMOJI["recovered"]
     if state.status is Status.FINISHED:
         return EMOJI["finished"]
     if state.status is Status.RECOVERING:
         return EMOJI["recovering"]
-    return EMOJI["crit"] if state.concern is None or severity(state.concern) >= 3 else EMOJI["warn"]
+    return EMOJI["crit"] if state.concern is None or state.concern.severity >= 3 else EMOJI["warn"]
 
 
 def mute_note(state: RunState, now: float, tz: tzinfo | None = None) -> str:

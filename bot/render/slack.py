@@ -11,6 +11,8 @@ from typing import Any, Iterable, Sequence
 from bot.core.gpus import format_gb
 from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
 from bot.core.verdict import TAIL_DEFAULT, Level, Verdict
+from bot.render.facts import rows as fact_rows
+from bot.render.times import clock, slack_time
 
 LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
                Level.WARN: ":large_yellow_circle:", Level.CRIT: ":red_circle:"}
@@ -157,11 +159,14 @@ def verdict_line(v: Verdict) -> str:
     return cut(safe(" ".join(v.headline.split())) or v.phase.value, 1000)
 
 
-def verdict_blocks(v: Verdict, *, facts: bool = True) -> list[dict]:
+def verdict_blocks(v: Verdict, *, facts: bool = True, muted_until: float | None = None) -> list[dict]:
     """The verdict with its status emoji, then a few short evidence lines and any probe problems."""
     blocks = [section(f"{LEVEL_EMOJI[v.level]} {verdict_line(v)}")]
-    if facts and v.facts:
-        lines = [f"*{safe(label)}*  {cut(safe(' '.join(text.split())), FACT_CHARS)}" for label, text in v.facts[:MAX_FACTS]]
+    shown = fact_rows(v, muted_until=muted_until)[:MAX_FACTS] if facts else []
+    if shown:
+        # A row's time goes in after escaping: a Slack date token, each reader's own zone.
+        lines = [f"*{safe(r.label)}*  {cut(safe(' '.join(r.text.split())), FACT_CHARS)}"
+                 + (f" {slack_time(r.at)}" if r.at is not None else "") for r in shown]
         blocks.append(section("\n".join(lines)))
     if v.problems:
         blocks.append(context(*(f":warning: {cut(safe(p), 300)}" for p in v.problems[:5])))
@@ -229,13 +234,14 @@ def block_chars(block: dict) -> int:
 # -- the messages ---------------------------------------------------------------------------
 
 
-def status_message(v: Verdict, run_name: str, where: str = "") -> Message:
+def status_message(v: Verdict, run_name: str, where: str = "", *, muted_until: float | None = None) -> Message:
     """The /run status answer: verdict, evidence, where, buttons."""
     text = [verdict_line(v), f"{run_name} · {v.phase.value}" + (f" · {where}" if where else "")]
-    text += [f"{label}: {' '.join(fact.split())}" for label, fact in v.facts[:MAX_FACTS]]
+    text += [f"{r.label}: {' '.join(r.text.split())}" + (f" {clock(r.at)}" if r.at is not None else "")
+             for r in fact_rows(v, muted_until=muted_until)[:MAX_FACTS]]
     text += [f"problem: {p}" for p in v.problems[:5]]
     return _message([text[0], *(safe(t) for t in text[1:])],
-                    [*verdict_blocks(v), _about(v, run_name, where), buttons(run_name)])
+                    [*verdict_blocks(v, muted_until=muted_until), _about(v, run_name, where), buttons(run_name)])
 
 
 def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Message:

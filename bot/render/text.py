@@ -7,6 +7,8 @@ from typing import Iterable
 from bot.core.gpus import format_indices
 from bot.core.redact import redact_lines, redact_secrets
 from bot.core.verdict import Level, Verdict
+from bot.render.times import clock
+from bot.render.facts import rows as fact_rows
 
 LEVEL_WORD = {Level.OK: "ok", Level.NOTE: "note", Level.WARN: "WARN", Level.CRIT: "CRIT"}
 
@@ -15,11 +17,11 @@ def _safe(text: str) -> str:
     return redact_secrets(text)
 
 
-def status(v: Verdict, *, where: str = "") -> str:
+def status(v: Verdict, *, where: str = "", muted_until: float | None = None) -> str:
     """First line: the verdict. Then aligned facts, then any probe problems."""
     lines = [_safe(v.headline)]
     rows = [("run", f"{v.run}{f' ({where})' if where else ''} · {v.phase.value}")]
-    rows += list(v.facts)
+    rows += [(r.label, r.text if r.at is None else f"{r.text} {clock(r.at)}") for r in fact_rows(v, muted_until=muted_until)]
     rows += [("problem", p) for p in v.problems]
     width = max(len(label) for label, _ in rows)
     lines += [f"  {label:<{width}}  {_safe(text)}" for label, text in rows]

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
 
 from bot.core.alerts import RunState, Status
+from bot.core.verdict import Concern
 from bot.core.ledger import (
     Change,
     DropMessages,
@@ -185,18 +186,32 @@ _STATE_FIELDS = {f.name for f in fields(RunState)}
 
 
 def _state_json(state: RunState) -> str:
+    """RunState as JSON; a concern is spelt as its key ("thread_died:drafter-1"), as every runbot has written it."""
     values = asdict(state)
     values["status"] = state.status.value
+    values["concern"] = state.concern.key if state.concern is not None else None
+    values["streaks"] = [[c.key, n] for c, n in state.streaks]
     return json.dumps(values)
+
+
+def _concern(key: str | None) -> Concern | None:
+    return Concern.from_key(key) if key is not None else None
+
+
+def _streaks(pairs: Iterable[list]) -> tuple[tuple[Concern, int], ...]:
+    return tuple((Concern.from_key(key), n) for key, n in pairs)
 
 
 def _state(text: str) -> RunState:
     """A RunState from its JSON; fields a newer or older runbot wrote and this one lacks are ignored."""
     values = {k: v for k, v in json.loads(text).items() if k in _STATE_FIELDS}
     values["status"] = Status(values.get("status", "quiet"))
-    for key in ("streaks", "flips"):
-        if key in values:
-            values[key] = tuple(tuple(x) if isinstance(x, list) else x for x in values[key])
+    if "concern" in values:
+        values["concern"] = _concern(values["concern"])
+    if "streaks" in values:
+        values["streaks"] = _streaks(values["streaks"])
+    if "flips" in values:
+        values["flips"] = tuple(values["flips"])
     return RunState(**values)
 
 
@@ -204,5 +219,6 @@ def _state_v1(row: sqlite3.Row) -> RunState:
     values = {k: row[k] for k in row.keys() if k in _STATE_FIELDS}
     values["status"] = Status(values["status"])
     values["announced"] = bool(values["announced"])
-    values["streaks"] = tuple((c, n) for c, n in json.loads(values["streaks"]))
+    values["concern"] = _concern(values.get("concern"))
+    values["streaks"] = _streaks(json.loads(values["streaks"]))
     return RunState(**values)

@@ -21,7 +21,7 @@ from bot.core.budget import RESERVED, Bucket
 from bot.core.ledger import Outgoing, Pending, Watch
 from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
 from bot.service.state_file import StateFile
-from bot.core.verdict import Verdict
+from bot.core.verdict import Concern, Verdict, Worry
 from config.registry import LOCAL, Registry, Run
 
 log = logging.getLogger("runbot.watchdog")
@@ -211,7 +211,7 @@ class Watchdog:
         `held`: the run's whole host is down and its own incident tells that; the run holds still."""
         now = self.clock()
         self.verdicts[run.name] = verdict
-        seen = Seen(("held",), headline=verdict.headline) if held else Seen.of(verdict)
+        seen = Seen((Concern(Worry.HELD),), headline=verdict.headline) if held else Seen.of(verdict)
         new, actions = alerts.decide(self.states.get(run.name), seen, now, self.policy)
         return self._commit(run, new, actions, verdict, now)
 
@@ -224,7 +224,7 @@ class Watchdog:
                 payload = render_alerts.message(run.name, action, new, verdict, now, self.tz)
                 concern = getattr(action, "concern", None) or new.concern
                 messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel,
-                                         priority=alerts.severity(concern) if concern else 0))
+                                         priority=concern.severity if concern is not None else 0))
         if run.alert_channel is None:
             messages = []
         old = self.states.get(run.name)

@@ -1,0 +1,151 @@
+"""Pure: progress bars (tqdm frames, Lightning's rich bar, Keras' bar) found anywhere in a line, and what each bar is for."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from bot.core.grammar import split_rank_prefix
+
+
+class Role(str, enum.Enum):
+    """What a bar measures, from its description and its place (never from whether it is open)."""
+
+    TRAINING = "training"  # the trainer's own loop (HF's bar with no description, `Epoch 3:`, `Steps:`)
+    EVALUATING = "evaluating"
+    LOADING = "loading"  # weights, checkpoint shards, downloads
+    PREPARING = "preparing"  # dataset map / tokenize / filter / cache
+    SAVING = "saving"
+    OTHER = "other"  # a description we cannot place
+
+
+_ROLE_WORDS = (  # first match wins: "Loading checkpoint shards" is loading, "Saving checkpoint" saving
+    (Role.EVALUATING, r"eval|valid|test|sanity|predict|infer|benchmark|generat(?:e|ing) (?:samples|images)"),
+    (Role.SAVING, r"sav|writ|upload|export|push|convert|serializ"),
+    (Role.LOADING, r"load|shard|weight|download|fetch|materializ|restor|resum|checkpoint|\bckpt"),
+    (Role.PREPARING, r"\bmap\b|token|preprocess|process|filter|group|pack|concat|prepar|cach|build|index|shuffl|"
+                     r"split|generat|read|extract|encod|convert|collat|datasets?\b"),
+    (Role.TRAINING, r"^$|epoch|step|train|iter|batch|\bfit\b|^it$|optimi"),
+)
+_ROLES = [(role, re.compile(words, re.I)) for role, words in _ROLE_WORDS]
+
+_Q = r"\d+(?:\.\d+)?(?:[kKMGTPEZY]i?)?"
+# tqdm: `{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{postfix}]`, found anywhere in a
+# text (the search index and some loggers glue frames together without their \r).
+_TQDM = re.compile(
+    rf"(?:(?P<desc>[^\r\n|]{{0,160}}?):[ \t]*)?(?:(?P<pct>\d{{1,3}})%)?\|(?P<bar>[^|\n]{{0,200}})\|[ \t]*(?P<n>{_Q})/(?P<total>{_Q}|\?)"
+    r"(?:[ \t]*\[(?P<el>[^<,\]\n]{0,20})(?:<(?P<rem>[^,\]\n]{0,20}))?(?:,[ \t]*(?P<rate>[^,\]\n]{0,40}))?"
+    r"(?P<post>,[^\]\n]{0,400})?\])?"
+)
+# unknown total: `Map: 1310 examples [00:01, 999 examples/s]`, `Epoch 2: : 115816it [7:03:09, 4.56it/s, …]`
+_TQDM_OPEN = re.compile(
+    rf"(?:(?P<desc>[^\r\n|\[\]]{{0,160}}?):[ \t:]*)?(?P<n>{_Q})[ \t]?(?P<unit>[A-Za-z ]{{0,40}})\[(?P<el>\d+:\d\d(?::\d\d)?),[ \t]*"
+    r"(?P<rate>(?:\?|[\d.]+[ \t]?[kMG]?)[ \t]?[A-Za-z ]{0,40}/s|[\d.]+s/[A-Za-z ]{1,40})(?P<post>,[^\]\n]{0,400})?\]"
+)
+# Lightning's rich bar, rendered once into a file: `Epoch 2/2  ━━━━━━ 50/50 0:00:05 • 0:00:00 9.41it/s train_loss: 8.081`
+_RICH = re.compile(r"(?P<desc>Epoch[ \t]+\d+(?:/\d+)?|Validation|Sanity Checking|Testing|Predicting)[ \t]+[━╸╺╾╼─ -]*[ \t]"
+                   r"(?P<n>\d+)/(?P<total>\d+)[ \t]+(?P<el>[\d:.]+)[ \t]*•[ \t]*(?P<rem>[-\d:.]+)[ \t]*"
+                   r"(?:(?P<rate>[\d.]+it/s))?(?P<post>.*)$")
+# Keras: `9595/9595 [==============================] - 1s - loss: nan - acc: 0.0000e+00`
+_KERAS = re.compile(r"(?<![\d/])(?P<n>\d+)/(?P<total>\d+)[ \t]+\[(?P<bar>[=>.]{5,60})\][ \t]*(?:-[ \t]*(?:ETA:[ \t]*)?(?P<el>[\d:.]+m?s?))?"
+                    r"(?P<post>.*)$")
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One frame of a progress bar."""
+
+    desc: str  # "Loading weights"; "" for HF's loop bar
+    pct: int | None
+    n: int | None
+    total: int | None
+    rate: str | None = None  # "199.62it/s"
+    elapsed: str | None = None
+    remaining: str | None = None
+    postfix: str = ""  # ", loss=2.3, v_num=0"
+    nested: bool = False  # drawn at tqdm position >= 1 (ESC[A after the frame): inside another bar
+    role: Role = Role.OTHER
+    frame: str = ""  # the frame as printed
+    start: int = 0  # where the frame starts in its line
+    end: int = 0  # where it ends: text after it (a crash glued to the frame) is the line's own
+
+    @property
+    def finished(self) -> bool:
+        return self.total is not None and self.n is not None and self.n >= self.total
+
+    @property
+    def epoch(self) -> int | None:
+        m = re.search(r"(?:^|\W)Epoch[ \t]+(\d+)", self.desc)
+        return int(m[1]) if m else None
+
+
+def count(q: str | None) -> int | None:
+    """tqdm's n_fmt/total_fmt, unit_scale included: `1.2k` -> 1200, `1.00G` -> 10**9."""
+    if not q or q == "?" or not (m := re.fullmatch(r"(\d+(?:\.\d+)?)(?:([kKMGTPEZY])(i?))?", q)):
+        return None
+    power = " kMGTPEZY".index(m[2].replace("K", "k")) if m[2] else 0
+    return round(float(m[1]) * (1024 if m[3] else 1000) ** power) if len(m[1]) < 19 else None
+
+
+def _known(field: str | None) -> str | None:
+    return None if not field or "?" in field else field.strip()  # "?" is tqdm's "unknown"
+
+
+def role_of(desc: str) -> Role:
+    text = desc.strip()
+    return next((role for role, words in _ROLES if words.search(text)), Role.OTHER)
+
+
+def _role(desc: str, postfix: str) -> Role:
+    """A bar that carries a loss is a training loop's, whatever its description says (torchtune: `1|100|Loss: 2.3:`)."""
+    role = role_of(desc)
+    if role is Role.OTHER and not re.search(r"(?i)val|eval|test", desc) and (
+            re.search(r"(?i)loss", f"{desc} {postfix}") or _METRICS_DESC.search(desc)):
+        return Role.TRAINING  # live metrics in the description: `d: -0.001;gen: -0.008`, `1|100|Loss: 2.3`
+    return role
+
+
+_METRICS_DESC = re.compile(r"[A-Za-z_]\w*[ \t]*[:=][ \t]*-?\d")
+
+
+def _desc(raw: str | None) -> str:
+    """A bar's description without log-line prefixes glued before it (`[rank0]: `, a timestamp)."""
+    text = split_rank_prefix((raw or "").strip())[1]
+    text = re.sub(r"^.*\]\s+", "", text) if re.match(r"^\[", text) else text
+    return text.strip(" :")
+
+
+def frames(text: str, *, nested: bool = False) -> list[Bar]:
+    """Every bar frame in a text, in order (one frame per \\r-redraw, or several glued together)."""
+    out: list[Bar] = []
+    for m in _TQDM.finditer(text):
+        desc = _desc(m["desc"])
+        if m["pct"] is None and m["el"] is None:
+            continue
+        rate, post = m["rate"], (m["post"] or "").strip(", ")
+        if rate and "=" in rate:  # no rate shown (NeMo): the first postfix item sits where the rate would
+            rate, post = None, f"{rate}, {post}".strip(", ")
+        out.append(Bar(desc, int(m["pct"]) if m["pct"] else None, count(m["n"]), count(m["total"]), _known(rate), _known(m["el"]),
+                       _known(m["rem"]), post, nested, _role(desc, post), m[0].strip(), m.start(), m.end()))
+    if out:
+        return out
+    for pattern in (_TQDM_OPEN, _RICH, _KERAS):
+        for m in pattern.finditer(text):
+            groups = m.groupdict()
+            desc = _desc(groups.get("desc"))
+            total = count(groups.get("total"))
+            n = count(groups.get("n"))
+            pct = round(100 * n / total) if n is not None and total else None
+            out.append(Bar(desc, pct, n, total, _known(groups.get("rate")), _known(groups.get("el")),
+                           _known(groups.get("rem")), (groups.get("post") or "").strip(", -"), nested,
+                           Role.TRAINING if pattern is _KERAS else _role(desc, groups.get("post") or ""),
+                           m[0].strip(), m.start(), m.end()))
+        if out:
+            return out
+    return out
+
+
+def last_bar(text: str, *, nested: bool = False) -> Bar | None:
+    found = frames(text, nested=nested) if ("|" in text or "[" in text or "━" in text) else []
+    return found[-1] if found else None

@@ -1,0 +1,291 @@
+"""Pure: the grammar every log recogniser shares — numbers and the keys that name them, line templates,
+line timestamps, rank prefixes, \\r-frames — and the remote grep pre-filter built from the same words."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+# --- words that name things -----------------------------------------------------------------
+# One definition: the recognisers read fields by these words, and the probe's grep pre-filter
+# (prefilter_ere) is built from them, so the two cannot drift apart.
+
+STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "num_updates",
+             "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step")
+EPOCH_KEYS = ("epoch", "ep", "epochs")
+LOSS_WORDS = ("loss",)
+LOSS_ALIASES = ("trl", "tl", "ppl")  # llm.c's train loss; "ppl" only when no loss is printed
+RATE_UNITS = {  # unit as printed -> unit as shown
+    "tok/s": "tok/s", "tokens/s": "tok/s", "token/s": "tok/s", "tok/sec": "tok/s", "tokens/sec": "tok/s",
+    "it/s": "it/s", "s/it": "s/it", "step/s": "it/s", "steps/s": "it/s", "samples/s": "samples/s",
+    "sample/s": "samples/s", "samples/sec": "samples/s", "ex/s": "samples/s", "examples/s": "samples/s",
+    "img/s": "img/s", "images/s": "img/s", "seq/s": "samples/s", "seqs/s": "samples/s",
+}
+RATE_KEYS = {  # key (normalised) -> unit
+    "tok/s": "tok/s", "tokens/s": "tok/s", "tokens_per_sec": "tok/s", "tokens_per_second": "tok/s", "tps": "tok/s",
+    "wps": "tok/s", "tgs": "tok/s/GPU", "tokens per second": "tok/s", "tokens per gpu per second (tgs)": "tok/s/GPU",
+    "tokens per gpu per second": "tok/s/GPU", "throughput": "tok/s", "it/s": "it/s", "samples/s": "samples/s",
+    "samples/sec": "samples/s", "samples per second": "samples/s", "train_samples_per_second": "samples/s",
+    "samples_per_second": "samples/s", "img/s": "img/s", "images/s": "img/s", "ips": "img/s",
+}
+# Rates named by their key, however spelled (`RunningAvgSamplesPerSec`, `train/tokens_per_sec`, `tgs`),
+# as (pattern over the key with everything but letters, digits and / removed, unit), in preference order.
+RATE_KEY_PATTERNS = tuple((re.compile(p), unit) for p, unit in (
+    (r"(?:tok|token)s?(?:/s(?:ec(?:ond)?)?|pers(?:ec(?:ond)?)?)$|^(?:tps|wps)$|tokens/s/", "tok/s"),
+    (r"(?:tok|token)s?pergpupersecond|^tgs$|tokenspergpupersecondtgs|(?:tok|token)s?(?:/s|pers(?:ec)?)(?:/?(?:per)?(?:gpu|device))$",
+     "tok/s/GPU"),
+    (r"(?:sample|samples|ex|example|examples|seq|seqs|sequences)(?:/s(?:ec(?:ond)?)?|pers(?:ec(?:ond)?)?)$", "samples/s"),
+    (r"^(?:train)?(?:it|iter|iters|step|steps)(?:/s(?:ec)?|pers(?:ec(?:ond)?)?)$", "it/s"),
+    (r"^(?:img|imgs|images)(?:/s|pers(?:ec)?)$", "img/s"),
+    (r"tflops?/s/(?:gpu|device)|throughputpergputflop/s/gpu|tflopspergpu", "TFLOP/s/GPU"),
+))
+RATE_PREFERENCE = ("tok/s", "tok/s/GPU", "samples/s", "it/s", "img/s", "TFLOP/s/GPU")
+STEP_TIME_KEYS = {  # key -> seconds per unit of its value
+    "time": 1.0, "iter time (s)": 1.0, "iter_time": 1.0, "elapsed time per iteration (ms)": 0.001, "dt": 1.0,
+    "step_time": 1.0, "time/step": 1.0, "batch_time": 1.0,
+}
+# Prefixes a key's phrase may carry that do not change what it names ("Average Loss", "train loss").
+_NOISE_WORDS = {"average", "avg", "mean", "train", "training", "total", "running", "current", "smoothed", "reduced"}
+
+# --- numbers ----------------------------------------------------------------------------------
+
+_NUM = (r"(?<![\w.])(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.])"
+        r"|[-+]?\.\d+(?:[eE][-+]?\d+)?(?![\d.])|(?i:nan|[-+]?inf(?:inity)?)(?![A-Za-z]))")
+_RATE_UNIT = r"(?:[A-Za-z]+/s(?:ec)?|s/it)\b"
+_CLOCK = re.compile(r"(?<![\w.:])(?P<clock>\d{1,3}:\d\d(?::\d\d)?(?:\.\d+)?)(?![\w:])")  # 0:00:01, 12:34 — one duration
+_NUMBER = re.compile(_CLOCK.pattern + "|" + _NUM + r"(?P<scale>[kKMGT](?![A-Za-z]))?"
+                     rf"(?P<unit>[ \t]?{_RATE_UNIT}(?![ \t]*[=:])|%|ms\b|s\b(?!/)|[KMGT]i?B\b|[MG]b\b)?"
+                     r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?")
+_SEPARATORS = " \t'\":=[("
+_WORD = re.compile(r"(?:\([\w/ ]{1,30}\)|[A-Za-z_][\w./%-]*)\Z")
+_NOT_KEY_WORDS = {"nan", "inf", "infinity", "e"}
+_SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One number on a line and what names it."""
+
+    key: str  # the phrase before it, lower case ("lm loss", "iteration", "s"); "" when none
+    value: float
+    is_int: bool
+    start: int  # where the number starts in the line
+    total: int | None = None  # "8/20": 20
+    unit: str = ""  # what follows it: "tok/s", "ms", "%", "k"…
+    end: int = 0  # where the number (its unit and total included) ends
+
+    @property
+    def word(self) -> str:
+        """The last word of the key: "lm loss" -> "loss", "Average Loss" -> "loss"."""
+        return self.key.rsplit(" ", 1)[-1] if self.key else ""
+
+    @property
+    def finite(self) -> bool:
+        return self.value == self.value and abs(self.value) != float("inf")
+
+
+def number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def fields(text: str) -> list[Field]:
+    """Every number in a line with the key phrase before it: `step=10`, `'loss': '2.3'`, `| lm loss: 7.4E+00 |`,
+    `iter 10:`, `s:10000 trl:3.38`, `Epoch [1][659/742]`, `41.3k tok/s`."""
+    out = []
+    for m in _NUMBER.finditer(text):
+        if m["clock"]:
+            parts = [float(p) for p in m["clock"].split(":")]
+            seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+            out.append(Field(_key_before(text, m.start()), seconds, False, m.start(), None, "clock", m.end()))
+            continue
+        raw = m["num"]
+        value = number(raw)
+        if value is None:
+            continue
+        unit = (m["unit"] or "").strip()
+        if m["scale"]:
+            value *= _SCALE[m["scale"]]
+        key = _key_before(text, m.start())
+        is_int = re.fullmatch(r"[-+]?\d[\d,]*", raw) is not None
+        total = int(m["total"].replace(",", "")) if m["total"] and is_int else None
+        out.append(Field(key, value, is_int, m.start(), total, unit, m.end()))
+    return out
+
+
+def _key_before(text: str, start: int) -> str:
+    """The words naming the number at `start`: back over `=`, `:`, quotes and an opening bracket, then up to
+    six words joined by single spaces ("elapsed time per iteration (ms)"), stopping at anything else."""
+    left = text[max(0, start - 100):start].rstrip(_SEPARATORS)
+    words: list[str] = []
+    while left and len(words) < 6:
+        m = _WORD.search(left)
+        if not m or m[0].lower() in _NOT_KEY_WORDS:
+            break
+        words.insert(0, m[0])
+        left = left[: m.start()]
+        if not left.endswith(" ") or left.endswith("  ") or not left.strip():
+            break
+        left = left[:-1]
+    return _normal_key(" ".join(words))
+
+
+def _normal_key(phrase: str) -> str:
+    words = phrase.lower().replace("'", "").replace('"', "").split()
+    # "INFO:root:Epoch" is one word to the splitter: its key is what follows the last colon.
+    if words and ":" in words[0]:
+        words[0] = words[0].rsplit(":", 1)[-1]
+    return " ".join(w for w in words if w)
+
+
+def is_loss_key(key: str) -> bool:
+    if not key:
+        return False
+    last = key.rsplit(" ", 1)[-1]
+    return "loss" in key or last in LOSS_ALIASES[:2]
+
+
+def is_eval_key(key: str) -> bool:
+    return bool(re.search(r"(?:^|[ _/])(?:val|valid|validation|eval|test|dev)(?:$|[ _/])|^(?:val|eval|test|valid)", key))
+
+
+# --- templates ------------------------------------------------------------------------------
+# Lines printed by the same statement share a template: the text with its numbers taken out.
+
+_TEMPLATE_NUM = re.compile(_CLOCK.pattern + "|" + _NUM)
+_BAR_BODY = re.compile(r"\|[ █▉▊▋▌▍▎▏#=>.\-━╸╺]{0,120}\|")  # tqdm's bar between pipes changes every frame
+
+
+def template(text: str) -> str:
+    return _TEMPLATE_NUM.sub("#", _BAR_BODY.sub("|#|", text)).strip()
+
+
+# --- line timestamps ------------------------------------------------------------------------
+# Many loggers stamp each line; the last progress line's stamp says when progress was made, even
+# while heartbeats and warnings keep the file's mtime fresh. Stamps are compared with each other,
+# never with a clock: their time zone is unknown.
+
+_STAMPS = (
+    (re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?"), "ymdhms"),
+    (re.compile(r"(\d{4})/(\d\d)/(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?"), "ymdhms"),
+    (re.compile(r"^\[?(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)\]"), "mdhms"),  # detectron2: [11/17 11:38:28]
+    (re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?"), "mdhms"),  # glog: I1130 10:00:00.123
+)
+
+
+def line_time(text: str) -> float | None:
+    """Seconds of the line's own stamp, on an arbitrary but consistent scale; None without one."""
+    head = text[:120]
+    for pattern, shape in _STAMPS:
+        m = pattern.search(head)
+        if not m:
+            continue
+        try:
+            if shape == "ymdhms":
+                y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
+                frac = m.group(7)
+            else:
+                y, (mo, d, h, mi, s), frac = 2000, (int(x) for x in m.groups()[:5]), (m.group(6) if m.lastindex and m.lastindex >= 6 else None)
+            when = datetime(y, mo, d, h, mi, s).timestamp()  # naive: only differences are used
+        except (ValueError, OverflowError):
+            continue
+        return when + (float(f"0.{frac}") if frac else 0.0)
+    return None
+
+
+_LEADING_STAMP = re.compile(
+    r"^[ \t]*\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
+    r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?)\]?[ \t]*[|:-]?[ \t]*")
+
+
+def strip_stamp(text: str) -> str:
+    """A line without the timestamp its logger put first (its numbers are not the run's)."""
+    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEF" else text
+
+
+# --- prefixes and frames --------------------------------------------------------------------
+
+RANK_PREFIX = re.compile(r"^[ \t]*(?:\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:|\[(\d+),mpirank:\d+[^\]]*\]<std(?:out|err)>:) ?")
+# pdsh: "v100x16-2: …", "192.168.205.202: …", "localhost: …" (lower case: `torch.OutOfMemoryError: …` is no host)
+_HOST_PREFIX = re.compile(r"^[ \t]*(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][a-z0-9-]{0,30}\d[a-z0-9-]*(?:\.[a-z0-9-]+)*):(?: (?=\S)|[ \t]*$)")
+
+
+def split_rank_prefix(text: str) -> tuple[int | None, str]:
+    """Strip torchrun (`[rank3]:`, `[default0]:`) and mpirun (`[1,3]<stderr>:`) line prefixes."""
+    rank = None
+    while m := RANK_PREFIX.match(text):
+        value = m[1] or m[2] or m[3]
+        rank = int(value) if rank is None and len(value) < 7 else rank
+        text = text[m.end():]
+    return rank, text
+
+
+def strip_host_prefix(text: str) -> str:
+    """pdsh and some MPI launchers put "host: " before every line."""
+    m = _HOST_PREFIX.match(text)
+    return text[m.end():] if m else text
+
+
+# What loggers put before the words: "[INFO] [file.py:21:save]", "fvcore.common.checkpoint INFO:",
+# "root - INFO - ", "INFO:root:", "megatron.training | INFO |", Megatron's " > " bullets.
+_LOGGER = re.compile(
+    r"^(?:\[[^\]]{0,80}\][ \t]*){1,3}(?:[\w./-]+:\d+(?::\w+)?\]?[ \t]*(?:>>|-)?[ \t]*)?"
+    r"|^[\w.]+(?: +\w+)? +\|[^|]*\|[ \t]*[\w.:]+ - "
+    r"|^(?:[\w.]+[ \t]+(?:-[ \t]+)?)?(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b(?::[\w.]+:|[ \t]*[:|-][ \t]*|[ \t]+)"
+    r"|^[ \t]*>+[ \t]+")
+
+
+def message(text: str) -> str:
+    """A line's own words, without the launcher's, the host's, the stamp's and the logger's prefixes."""
+    text = strip_host_prefix(split_rank_prefix(text)[1]).strip()
+    for _ in range(3):
+        shorter = _LOGGER.sub("", strip_stamp(text), count=1).strip()
+        if shorter == text or not shorter:
+            break
+        text = shorter
+    return text
+
+
+def last_frame(text: str) -> str:
+    """What a terminal would show of a line tqdm rewrote with \\r: its last non-blank frame."""
+    if "\r" not in text:
+        return text if text.strip() else ""
+    return next((f for f in reversed(text.split("\r")) if f.strip()), "")
+
+
+def parse_int(s: str | None) -> int | None:
+    s = (s or "").replace(",", "")
+    return int(s) if s.isdigit() and len(s) < 19 else None
+
+
+# --- the remote pre-filter ------------------------------------------------------------------
+
+
+def _ci(word: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else ("[/]" if c == "/" else c) for c in word)
+
+
+def prefilter_ere() -> str:
+    """One POSIX ERE for `grep -aE` that keeps every line a progress recogniser may read: a loss, a rate,
+    a step or epoch key before a number, or an n/total counter. Broad on purpose (the window is parsed
+    whole; this only finds progress lines that lie further back than the window), bounded in cost (no
+    backreferences: GNU grep runs it as a DFA). Run it with LC_ALL=C."""
+    # Singular keys only: "warmup steps: 100" and "Total optimization steps = 1,000" are settings
+    # (DeepSpeed's pipeline `steps: 8 loss: 12.4` has its loss to be found by).
+    keys = sorted({k for k in STEP_KEYS + EPOCH_KEYS if len(k) > 2 and " " not in k and "/" not in k
+                   and not k.endswith("s")} | {"num_updates"})
+    # Not it/s: every tqdm frame shows one (a loop's own bar is read from the window).
+    units = sorted({u.split("/")[0] for u in RATE_UNITS if not u.startswith(("it/", "s/", "step"))} | {"tps", "wps", "tgs"})
+    parts = [
+        _ci("loss"), _ci("trl") + "[ \t]*[:=]",
+        "(" + "|".join(_ci(k) for k in keys) + ")[ \t]*['\"]?[ \t]*[:=[ \t]+[ \t]*[0-9]",
+        "[0-9][ \t]*/[ \t]*[0-9]+[ \t]*[]|]",  # Megatron `8/ 20 |`, mmcv `[659/742]` (a tqdm frame has `131/851 [`)
+        "[0-9][ \t]?(" + "|".join(_ci(u) for u in units) + ")[/]",
+        "[0-9]+[ \t]?(" + "|".join(_ci(u) for u in ("tps", "wps", "tgs")) + ")",
+        # a rate named by its key: tok/s=…, tokens_per_sec: …, samples/s=…, RunningAvgSamplesPerSec=…
+        "(" + "|".join(_ci(u) for u in ("tok", "tps", "wps", "tgs", "sample", "throughput", "persec")) + ")[^ \t=:]*[ \t]*['\"]?[ \t]*([=:]|[ \t][0-9])",
+    ]
+    return "|".join(f"({p})" for p in parts)

@@ -1,0 +1,166 @@
+"""Pure: lines that announce what a run is doing between steps (saving, evaluating, compiling, loading,
+preparing data) or that it ended normally, each with where it stands in the log."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.core.grammar import message, parse_int, split_rank_prefix, strip_host_prefix
+
+
+class Mark(str, enum.Enum):
+    SAVING = "saving"
+    SAVED = "saved"
+    EVALUATING = "evaluating"
+    EVALUATED = "evaluated"
+    COMPILING = "compiling"
+    LOADING = "loading"
+    PREPARING = "preparing"
+    TRAINING = "training"  # "***** Running training *****": the loop is about to start
+    ENDED = "ended"  # a normal end, in the trainer's or the launcher's own words
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: Mark
+    index: int  # line in the window
+    text: str  # the line as shown
+    step: int | None = None  # "saving checkpoint at iteration 1000": 1000
+
+
+# Normal ends, as the common trainers and launchers print them. A launcher's word counts for its
+# ranks: DeepSpeed's `Process N exits successfully` follows every rank's own exit.
+_ENDS = re.compile(
+    r"(?i)exits successfully|exits? with return code = 0\b"
+    r"|\[after training is done\]|exiting program (?:after|at)\b"  # Megatron (time-budget and iteration exits)
+    r"|`?Trainer\.fit`? stopped: `?(?:max_epochs|max_steps|max_time)"  # Lightning
+    r"|['\"]train_runtime['\"]\s*:|\*{3,} train metrics \*{3,}"  # HF Trainer's final metrics
+    r"|\btraining (?:is )?(?:done|complete|completed|finished)\b|\bfinished training\b|\bdone training\b"
+    r"|\btraining of experiment is done\b|\bend (?:of )?training\b|\btraining wall time\b|\btotal training time\b"
+    r"|\bepochs? completed in\b|\boverall training speed\b|\ball done\b|^done\.?$"
+    r"|\bexit status:?\s*0\b|\bfinal (?:model|checkpoint) saved\b|\bsaving final (?:model|checkpoint)"
+    r"|\bterminating training\b|\bearly stopping\b|\bstopping training\b"  # callbacks that end a run on purpose
+)
+_TRAIN_RUNTIME = re.compile(r"""['"]train_runtime['"]\s*:\s*['"]?([\d.]+)""")
+_TRAIN_LOSS = re.compile(r"""['"]train_loss['"]\s*:\s*['"]?([\d.]+(?:e-?\d+)?)""")
+_DS_EXITS = re.compile(r"Process \d+ exits successfully")
+
+
+def end_reason(marker: Marker, lines: Sequence[str]) -> str:
+    """How a run ended, in its own words, short: "max_steps=400000 reached", "8 processes exited successfully"."""
+    if _DS_EXITS.search(marker.text):
+        n = sum(1 for x in lines if _DS_EXITS.search(x))
+        return f"{n} process{'es' if n != 1 else ''} exited successfully"
+    text = message(marker.text)
+    if runtime := _TRAIN_RUNTIME.search(text):  # HF Trainer's final metrics dict: say what it means
+        loss = _TRAIN_LOSS.search(text)
+        took = float(runtime[1])
+        took_words = f"{took / 3600:.1f} h" if took >= 5400 else f"{took / 60:.0f} min" if took >= 90 else f"{took:.0f} s"
+        return f"trained {took_words}" + (f", train_loss {float(loss[1]):.4g}" if loss else "")
+    if m := _ENDS.search(text):
+        start = _sentence_start(text, m.start())
+        stop = re.search(r"[.;!?](?: |$)", text[m.end():])
+        text = text[start:m.end() + stop.start()] if stop else text[start:]
+    return _unwrapped(text)[:80] + ("…" if len(text) > 80 else "")
+
+
+def _unwrapped(text: str) -> str:
+    """Without the stars and backticks around it, and a bracket only where it has no partner."""
+    text = text.strip(" `*")
+    if text.startswith("[") and "]" not in text:
+        text = text[1:]
+    if text.endswith("]") and "[" not in text:
+        text = text[:-1]
+    return text.strip()
+
+
+def _sentence_start(text: str, before: int) -> int:
+    """Where the sentence holding `before` begins: after a ". " or " - ", or where a message was glued
+    to a bar with no space (Keras's `loss: 44.4110Batch 3: Invalid loss, terminating training`)."""
+    starts = [0] + [m.end() for m in re.finditer(r"[.;!?] +| - |(?<=[\d\]a-z])(?=[A-Z][a-z])", text[:before])]
+    return starts[-1]
+
+
+def words(marker: Marker, limit: int = 70) -> str:
+    """The announcement in its own words, without launcher and logger prefixes: "Loading checkpoint from x.pth"."""
+    text = _unwrapped(message(marker.text))
+    return text[:limit] + ("…" if len(text) > limit else "")
+_NOT_END = re.compile(r"(?i)\b(?:not|never|un)\b[^.,;]{0,20}\b(?:done|complete|completed|finished|successfully)\b"
+                      r"|\bfailed\b|\berror\b|\bwill\b|\bafter training is done,|\bif\b|\bbefore\b")
+
+_SAVE = re.compile(r"(?i)\bsaving\b[^.;]{0,60}?\b(?:checkpoints?|ckpts?|models?|weights|state(?:_dict)?|optimizer|adapters?|"
+                   r"lora|pipeline|tokenizer)\b|checkpoint\w*\]?[ \t:-]*saving|\bis about to be saved|"
+                   r"\bwriting (?:the )?checkpoint|\bsave (?:weights|checkpoint|model) to\b|^saving model\b|\bsaving checkpoint\b")
+_SAVED = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|checkpoint saved|is ready now|"
+                    r"\bsaved (?:the )?(?:checkpoint|model|state|weights|adapter)\b|\bmodel weights saved\b|"
+                    r"\bsaved (?:checkpoint|model) to\b|\bsave(?:d)? .*? in [\d.]+ ?s\b")
+_EVAL = re.compile(r"(?i)\*+[ \t]*Running (?:Evaluation|Prediction)|\bRunning (?:evaluation|validation|inference)\b"
+                   r"|^(?:Evaluating|Validating)\b|\bStart inference on\b|\bstart(?:ing)? (?:evaluation|validation)\b"
+                   r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?[ \t]*(?::|\.\.\.|…|$)"
+                   r"|\bEvaluate in main process\b")
+_EVALUATED = re.compile(r"""(?i)^\{['"]eval_|\*+ eval metrics \*+|validation loss at iteration|\bvalid on '.*' subset \|"""
+                        r"|\bInference done\b|\bevaluation (?:results|done|finished)\b|^Average forward time\b"
+                        r"|\bTotal inference time\b|\bval(?:idation)?[_ ]loss\b|\bEvaluation Epoch\b")
+_COMPILE = re.compile(r"(?i)torch\._dynamo|torch\._inductor|\bcompiling\b|\bautotun|building extension module|"
+                      r"emitting ninja build file|\btorch\.compile\b")
+_LOAD = re.compile(r"(?i)^loading (?:checkpoint|model|weights|pretrained|state)|\bLoading checkpoint from\b|"
+                   r"\bloading (?:the )?(?:checkpoint|model|weights) (?:from|shards)\b|\bresuming from checkpoint\b|"
+                   r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b")
+_PREPARE = re.compile(r"(?i)\bbuilding (?:GPT |train|the |\w+ )?(?:datasets?|indices|index|vocab)|> building\b|"
+                      r"\b(?:tokeniz|preprocess)ing\b|\bloading (?:the )?(?:dataset|data)\b|\bprepar(?:e|ing) (?:the )?data")
+_TRAIN = re.compile(r"(?i)\*+[ \t]*Running training[ \t]*\*+|\bStarting training\b|\bstart(?:ing)? training\b|\bbegin training\b")
+# Lines that mention these words without announcing anything: traceback frames, code, exceptions.
+_INDENTED = re.compile(r"(?:[ \t]{4}|\t)[ \t]*\S")  # a traceback's source lines, code
+_NOT_ANNOUNCEMENT = re.compile(r'^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Failed)\b:'
+                               r"|Warning\b|warnings\.warn|\bdeprecat", re.I)
+# Where an announcement stands, most telling first: "epoch 0, global step 1000" is at step 1000.
+_STEPS = tuple(re.compile(p, re.I) for p in (r"checkpoint[-_](\d+)", r"global[_ ]?step[ _=:]*(\d+)", r"iteration[ \t]+(\d+)",
+                                               r"\bstep[ _=:-]*(\d+)", r"\biter_0*(\d+)", r"\bepoch[ _=:-]*(\d+)"))
+_WORDS = ("exit", "train", "done", "complet", "finish", "stopped", "sav", "checkpoint", "writing", "evaluat", "validat",
+          "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
+          "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
+          "exit status", "download", "resum", "average forward")
+
+
+def _kind(text: str) -> Mark | None:
+    if _ENDS.search(text) and not _NOT_END.search(text):
+        return Mark.ENDED
+    if _SAVED.search(text):
+        return Mark.SAVED
+    if _SAVE.search(text):
+        return Mark.SAVING
+    if _EVALUATED.search(text):
+        return Mark.EVALUATED
+    if _EVAL.search(text):
+        return Mark.EVALUATING
+    if _TRAIN.search(text):
+        return Mark.TRAINING
+    if _COMPILE.search(text):
+        return Mark.COMPILING
+    if _LOAD.search(text):
+        return Mark.LOADING
+    if _PREPARE.search(text):
+        return Mark.PREPARING
+    return None
+
+
+def find_markers(lines: Sequence[str]) -> tuple[Marker, ...]:
+    """Every announcement and normal end in the lines, in order."""
+    text = "\n".join(lines).lower()
+    if not any(w in text for w in _WORDS):
+        return ()
+    out = []
+    for i, shown in enumerate(lines):
+        own = strip_host_prefix(split_rank_prefix(shown)[1])
+        line = own.strip()
+        if not line or _INDENTED.match(own) or _NOT_ANNOUNCEMENT.search(line) or len(line) > 1500:
+            continue
+        kind = _kind(line)
+        if kind is None:
+            continue
+        step = next((parse_int(m[1]) for p in _STEPS if (m := p.search(line))), None)
+        out.append(Marker(kind, i, shown.strip(), step))
+    return tuple(out)

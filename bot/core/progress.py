@@ -1,0 +1,359 @@
+"""Pure: a run's progress lines found by their structure — the same template printed again and again with
+one integer that advances — and the loss, rate, epoch and total their neighbours name."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from bot.core.bars import Bar
+from bot.core.facts import Step
+from bot.core.grammar import (
+    RATE_KEY_PATTERNS,
+    RATE_PREFERENCE,
+    EPOCH_KEYS,
+    split_rank_prefix,
+    strip_host_prefix,
+    strip_stamp,
+    RATE_KEYS,
+    RATE_UNITS,
+    STEP_KEYS,
+    STEP_TIME_KEYS,
+    Field,
+    fields,
+    is_eval_key,
+    is_loss_key,
+    template,
+)
+
+KEPT_STEPS = 8  # enough for the rate, the loss, NaN's onset and a learned step interval
+# Lines that carry numbers but are not a loop's progress: tracebacks and code quoted in them,
+# config dumps (`learning_rate .......... 0.0001`, `--max_steps 1000`), launcher arguments.
+_NOT_PROGRESS = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception|raise |return |[\w.]+\()'
+                           r"|\.{4,}|^[ \t]*--?[\w-]+[ \t=]|\b(?:argv|args|cmd|config|Namespace)\b[ \t]*[=:(]"
+                           r"|^[\w.]*(?:Error|Exception|Warning)\b:|warnings?\.warn|\bwarn(?:ing)?:|^[ \t]*\w+ = ", re.I)
+# Templates of evaluation passes and summaries: their numbers are results, not the loop's counter.
+_EVAL_TEMPLATE = re.compile(r"(?i)\b(?:eval\w*|valid\w*|test(?:ing)?|inference)\b")
+# Results printed once at the end, which look like step lines: HF's metrics dict, throughput summaries.
+END_METRICS = re.compile(r"(?i)['\"]?train_runtime['\"]?\s*[:=]|train_samples_per_second|Overall training speed")
+_STEP_PREFERENCE = {k: i for i, k in enumerate(STEP_KEYS)}
+# A tqdm or Keras frame: read by bot.core.bars, whose role (loading, evaluating, the loop…) decides.
+_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d/\d+[ \t]+\[[=>.]{5,}\]|\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
+_METRIC_WORDS = re.compile(r"loss|lr|learning|norm|acc|ppl|perplexity|mfu|flops|tok|time|elapsed|eta|speed|throughput|reward|"
+                           r"grad|score|map|miou|dice|bleu|psnr|error|err\b|kl|entropy", re.I)
+
+
+@dataclass(frozen=True)
+class _Line:
+    index: int
+    text: str
+    template: str
+    fields: tuple[Field, ...]
+    cleaned: str = ""
+
+    def text_after(self, f: Field) -> str:
+        return self.cleaned[f.end:f.end + 3]
+
+
+def _counter(f: Field) -> bool:
+    return f.is_int and f.value >= 0 and f.finite and (f.key in _STEP_PREFERENCE or f.total is not None
+                                                       or f.word in _STEP_PREFERENCE)
+
+
+def _epoch_field(fs: Sequence[Field]) -> Field | None:
+    return next((f for f in fs if f.word in EPOCH_KEYS or f.key in EPOCH_KEYS), None)
+
+
+def _metric(fs: Sequence[Field]) -> bool:
+    """A number a training loop reports: a loss, a rate, a learning rate, a time… (not an address or a count)."""
+    return any(is_loss_key(f.key) or (f.key and _METRIC_WORDS.search(f.key)) or f.unit in RATE_UNITS
+               or (f.key and _rate_unit_of_key(f.key)) for f in fs)
+
+
+def clean(text: str) -> str:
+    """A line as its loop printed it: no rank, host or timestamp prefix (their numbers are not the run's)."""
+    return strip_stamp(strip_host_prefix(split_rank_prefix(text)[1])).strip()
+
+
+def read_line(text: str, *, alone: bool = True) -> Step | None:
+    """One cleaned line read as a progress line. `alone`: it must say so by itself — a step key or an
+    n/total counter beside a metric, or a loss beside a rate — since no series vouches for it."""
+    line = _candidate(0, text)
+    if line is None or (alone and (END_METRICS.search(text) or _EVAL_TEMPLATE.search(line.template))):
+        return None
+    fs = line.fields
+    ok = [i for i, f in enumerate(fs) if f.is_int and f.finite and f.value >= 0]
+    # "completed step: 100" names its step; "Training steps: 1000" (plural) is a setting.
+    has_loss = any(is_loss_key(f.key) and not is_eval_key(f.key) for f in fs)
+    # A plural key is a setting unless a loss stands beside it (DeepSpeed's pipeline: `steps: 8 loss: 12.4`).
+    named = [i for i in ok if (fs[i].key in _STEP_PREFERENCE and (has_loss or not _plural(fs[i].key)))
+             or (fs[i].word in ("step", "iteration", "iter", "update", "batch") and fs[i].key.count(" ") <= 1)]
+    # An n/total with no step word reads as a counter where loggers frame it so: `[659/742]`, `8/ 20 |`.
+    counted = [i for i in ok if fs[i].total is not None and fs[i].word not in EPOCH_KEYS and fs[i].key not in EPOCH_KEYS
+               and re.match(r"[ \t]*[]|]", line.text_after(fs[i]))]
+    counter = min(named, key=lambda i: _STEP_PREFERENCE.get(fs[i].key, _STEP_PREFERENCE.get(fs[i].word, 99)), default=None)
+    counter = counter if counter is not None else (counted[-1] if counted else None)
+    rate, _ = _rate(fs)
+    epoch = _epoch_field(fs)
+    if alone and not ((counter is not None and _metric(fs)) or (has_loss and (rate is not None or epoch is not None))):
+        return None
+    return _step(line, counter, None)
+
+
+def _plural(key: str) -> bool:
+    return key.endswith("s") and key != "num_updates" and key != "s"
+
+
+def _candidate(index: int, raw: str) -> _Line | None:
+    text = clean(raw)
+    if len(text) > 2000 or not any(c.isdigit() for c in text) or _NOT_PROGRESS.search(text) or _IS_BAR.search(text):
+        return None
+    fs = tuple(fields(text))
+    if not fs:
+        return None
+    has_counter = any(_counter(f) for f in fs) or _epoch_field(fs) is not None
+    has_loss = any(is_loss_key(f.key) for f in fs)
+    if not has_counter and not has_loss:
+        return None
+    return _Line(index, raw.strip(), template(text), fs, text)
+
+
+def _advancing(values: Sequence[float]) -> bool:
+    return len(values) >= 2 and all(b >= a for a, b in zip(values, values[1:])) and values[-1] > values[0]
+
+
+def _advancing_per_epoch(values: Sequence[float], total: int | None) -> bool:
+    """An n/total counter that restarts each epoch (fairseq's `| epoch 011  3000 / 8223`): it advances
+    between its restarts, and never passes its total."""
+    if total is None or max(values) > total:
+        return False
+    runs, current = [], [values[0]]
+    for a, b in zip(values, values[1:]):
+        if b < a:
+            runs.append(current)
+            current = []
+        current.append(b)
+    runs.append(current)
+    return len(runs) > 1 and any(_advancing(r) for r in runs)
+
+
+def _choose_counter(group: Sequence[_Line]) -> int | None:
+    """Which field (by position in the template) is the loop's counter for this group of same-template lines."""
+    width = min(len(line.fields) for line in group)
+    scores = []
+    for i in range(width):
+        column = [line.fields[i] for line in group]
+        f = column[-1]
+        if not f.is_int or not f.finite or f.value < 0 or is_loss_key(f.key) or f.key in RATE_KEYS:
+            continue
+        values = [c.value for c in column]
+        advances = _advancing(values) or _advancing_per_epoch(values, f.total)
+        named = _STEP_PREFERENCE.get(f.key, _STEP_PREFERENCE.get(f.word))
+        is_epoch = f.word in EPOCH_KEYS or f.key in EPOCH_KEYS
+        if len(group) >= 2 and not advances and not (named is not None and values[-1] >= values[0]):
+            continue
+        if len(group) == 1 and f.key not in _STEP_PREFERENCE and f.total is None and not is_epoch:
+            continue  # alone, only an exact step key counts: "gradient accumulation steps 8" is a setting
+        # Named step keys first, then an n/total counter that moves, then an epoch, then anything advancing.
+        rank = (0, named) if named is not None else (1, 0) if f.total is not None else (3, 0) if is_epoch else (2, 0)
+        scores.append((rank, -i if advances else i, i))
+    return min(scores)[2] if scores else None
+
+
+def _loss(fs: Sequence[Field]) -> tuple[float | None, str | None]:
+    losses = [f for f in fs if is_loss_key(f.key) and "scale" not in f.key]
+    training = [f for f in losses if not is_eval_key(f.key)]
+    pool = training or losses
+    if not pool:
+        ppl = next((f for f in fs if f.key.endswith("ppl") and not is_eval_key(f.key)), None)
+        return (ppl.value, "ppl") if ppl else (None, None)
+    best = next((f for f in pool if f.key in ("loss", "lm loss", "train_loss", "train/loss", "train loss")), pool[0])
+    return best.value, best.key
+
+
+def _rate_unit_of_key(key: str) -> str | None:
+    """`tok/s`, `train/tokens_per_sec`, `RunningAvgSamplesPerSec`, `tokens per gpu per second (tgs)`."""
+    if unit := RATE_KEYS.get(key) or RATE_UNITS.get(key):
+        return unit
+    squashed = re.sub(r"[^a-z0-9/]", "", key)
+    squashed = re.sub(r"^(?:train|training|throughput|runningavg|curr|avg|mean)/?", "", squashed)
+    return next((unit for pattern, unit in RATE_KEY_PATTERNS if pattern.search(squashed)), None)
+
+
+def _rate(fs: Sequence[Field]) -> tuple[float | None, str | None]:
+    """The line's most telling rate: tokens over samples over iterations (RATE_PREFERENCE)."""
+    found: dict[str, float] = {}
+    for f in fs:
+        unit = RATE_UNITS.get(f.unit) or (_rate_unit_of_key(f.key) if f.key else None)
+        if not unit or not f.finite or is_eval_key(f.key) or "curr" in f.key.replace(" ", ""):
+            continue
+        value = f.value
+        if unit == "s/it":
+            if not value:
+                continue
+            unit, value = "it/s", 1 / value
+        found.setdefault(unit, value)
+    unit = next((u for u in RATE_PREFERENCE if u in found), None)
+    return (found[unit], unit) if unit else (None, None)
+
+
+_ELAPSED_KEYS = ("elapsed", "elapsed_time", "elapsed_s", "elapsed time", "wall", "walltime", "train_time", "runtime")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "clock": 1.0, "": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+
+
+def _elapsed(fs: Sequence[Field]) -> float | None:
+    for f in fs:
+        if f.key in _ELAPSED_KEYS and f.finite and f.value >= 0:
+            return f.value * _UNIT_SECONDS.get(f.unit, 1.0)
+    return None
+
+
+def _step_time(fs: Sequence[Field]) -> float | None:
+    for f in fs:
+        scale = STEP_TIME_KEYS.get(f.key)
+        if scale is not None and f.finite and f.value > 0:
+            return f.value * (0.001 if f.unit == "ms" else scale)
+    return None
+
+
+def _step(line: _Line, counter: int | None, stamp: float | None) -> Step:
+    fs = line.fields
+    c = fs[counter] if counter is not None and counter < len(fs) else None
+    epoch_field = _epoch_field(fs)
+    loss, loss_key = _loss(fs)
+    rate, unit = _rate(fs)
+    counter_is_epoch = c is not None and epoch_field is not None and c.start == epoch_field.start
+    total = c.total if c is not None else None
+    if c is not None and total is None:  # NeMo: `iteration 10/999 | … | global_step: 10`: the same count, with its total
+        total = next((f.total for f in fs if f.total is not None and f.value == c.value and f is not c), None)
+    return Step(
+        line=line.text.strip(),
+        step=int(c.value) if c is not None and not counter_is_epoch else None,
+        total=total if not counter_is_epoch else None,
+        loss=loss,
+        rate=rate,
+        rate_unit=unit,
+        epoch=epoch_field.value if epoch_field is not None and epoch_field.finite else None,
+        epoch_total=epoch_field.total if epoch_field is not None else None,
+        counter=(c.key or c.word or ("batch" if c.total is not None else "step")) if c is not None else None,
+        loss_key=loss_key,
+        step_time=_step_time(fs),
+        elapsed=_elapsed(fs),
+        index=line.index,
+        stamp=stamp,
+        fmt="structure",
+        non_finite=_non_finite(fs),
+        lr=_lr(fs),
+    )
+
+
+_LR_KEY = re.compile(r"(?:^|[/_ -])(?:lr|learning[_ ]rate)(?:$|[/_ -])")
+
+
+def _lr(fs: Sequence[Field]) -> float | None:
+    return next((f.value for f in fs if f.finite and _LR_KEY.search(f.key) and not is_eval_key(f.key)), None)
+
+
+def _non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
+    """The loss or gradient numbers that went nan/inf (a NaN learning-rate or a `nan` count is no finding)."""
+    return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or "norm" in f.key) and not is_eval_key(f.key))
+
+
+def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = ()) -> tuple[Step, ...]:
+    """The run's latest progress series, oldest first (at most KEPT_STEPS).
+
+    `lines` are the window's lines (index = position); `earlier` are progress-looking lines from further
+    back (the probe's grep), used only when the window has none. Lines of one template form a series;
+    the series whose last line comes latest and is not an evaluation is the loop's."""
+    found = _series([(i, t) for i, t in enumerate(lines)], stamps)
+    if not found and earlier:
+        found = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(earlier)], ())
+    return found
+
+
+def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None]) -> tuple[Step, ...]:
+    groups: dict[str, list[_Line]] = defaultdict(list)
+    for index, text in numbered:
+        if (c := _candidate(index, text)) is not None and not END_METRICS.search(text):
+            groups[c.template].append(c)
+    # (rank, last index, group, counter): a template that recurs with a counter is a loop; one line
+    # alone, or lines with a loss but no counter (HF's dicts), only when nothing better is there.
+    ranked: list[tuple[int, int, list[_Line], int | None]] = []
+    for tpl, group in groups.items():
+        if _EVAL_TEMPLATE.search(tpl) and not _train_words(tpl):
+            continue
+        counter = _choose_counter(group)
+        has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
+        if counter is None and not (has_loss and (len(group) >= 2 or _metric(group[-1].fields))):
+            continue  # numbers, but no loop behind them
+        if counter is not None and len(group) == 1 and not _metric(group[0].fields):
+            continue  # one `step 3` in prose is not a loop
+        rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and has_loss else 2
+        ranked.append((rank, group[-1].index, group, counter))
+    if not ranked:
+        return ()
+    best_rank = min(r for r, *_ in ranked)
+    # The latest loop; a lesser series only when it comes later and no loop does (a summary after
+    # the loop is not the loop).
+    _, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
+    kept = group[-KEPT_STEPS:]
+    steps = tuple(_step(line, counter, _stamp(stamps, line.index)) for line in kept)
+    if steps[-1].step is None:
+        steps = _borrow_counter(steps, groups)
+    return steps
+
+
+def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
+    """A series with no counter of its own (loss dicts) takes the step number printed nearest it
+    (TRL's `[step 720] best of last batch`, DeepSpeed's `step=2350, skipped=21`)."""
+    last = steps[-1]
+    near = [line for group in groups.values() for line in group if abs(line.index - last.index) <= 40]
+    best = None
+    for line in near:
+        for f in line.fields:
+            if f.is_int and f.finite and f.key in _STEP_PREFERENCE and not _plural(f.key):
+                if best is None or abs(line.index - last.index) < abs(best[0].index - last.index):
+                    best = (line, f)
+    if best is None:
+        return steps
+    return (*steps[:-1], replace(last, step=int(best[1].value), total=best[1].total, counter=best[1].key))
+
+
+def _train_words(tpl: str) -> bool:
+    return bool(re.search(r"(?i)\btrain(?:ing)?\b(?! *(?:set|split|data))", tpl))
+
+
+def _stamp(stamps: Sequence[float | None], index: int) -> float | None:
+    return stamps[index] if 0 <= index < len(stamps) else None
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def bar_step(bar: Bar, index: int = -1) -> Step:
+    """A training bar's frame as progress: n of total (per epoch for Lightning's `Epoch N:` bars), the rate
+    it shows, and the loss in its postfix or description (`loss=2.3`, torchtune's `1|100|Loss: 2.345:`)."""
+    fs = [f for f in fields(f"{bar.desc} {bar.postfix}") if f.key != "v_num"]
+    loss, loss_key = _loss(fs)
+    rate, unit = _rate(fields(bar.rate or "")) if bar.rate else (None, None)
+    return Step(line=bar.frame, step=bar.n, total=bar.total, loss=loss, rate=rate, rate_unit=unit,
+                epoch=float(bar.epoch) if bar.epoch is not None else None, counter="batch" if bar.epoch is not None else "step",
+                loss_key=loss_key, index=index, fmt="bar", non_finite=_non_finite(fs))
+
+
+def final_count(lines: Sequence[str], step: Step) -> Step:
+    """The loop's counter as a finished run last printed it: a summary after the loop may name a later
+    step than the last progress line (`step=126 | loss=0.087` after `step=120 | loss=… | lr=…`)."""
+    if step.counter is None or step.step is None or step.index < 0:
+        return step
+    best = step.step
+    for text in lines[step.index + 1:]:
+        for f in fields(text):
+            if f.key == step.counter and f.is_int and f.finite and best < f.value and (step.total is None or f.value <= step.total):
+                best = int(f.value)
+    return replace(step, step=best) if best != step.step else step
+

@@ -1,0 +1,184 @@
+"""Pure: what the log says the run is doing now — the latest of its progress, an open bar, an announcement,
+a fatal error or a normal end — read by position, never by whether a bar happens to be open."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bot.core.bars import Bar, Role
+from bot.core.evidence import BarLine, Evidence
+from bot.core.facts import Crash, Step
+from bot.core.grammar import message, template
+from bot.core.markers import Mark, Marker
+from bot.core.verdict import Phase
+
+_BAR_PHASES = {Role.LOADING: Phase.LOADING, Role.PREPARING: Phase.PREPARING, Role.EVALUATING: Phase.EVALUATING,
+               Role.SAVING: Phase.SAVING, Role.OTHER: Phase.BUSY, Role.TRAINING: Phase.TRAINING}
+_MARK_PHASES = {Mark.SAVING: Phase.SAVING, Mark.EVALUATING: Phase.EVALUATING, Mark.COMPILING: Phase.COMPILING,
+                Mark.LOADING: Phase.LOADING, Mark.PREPARING: Phase.PREPARING, Mark.TRAINING: Phase.STARTING}
+_CLOSES = {Mark.SAVING: Mark.SAVED, Mark.EVALUATING: Mark.EVALUATED}
+# Crashes that are the launcher tearing the others down, not a failure of their own.
+_TEARDOWN = re.compile(r"(?i)SIGTERM|closing signal|death signal|terminat")
+# Lightning's start-up lines; its rich progress bar (the default with `rich` installed) writes nothing to a file.
+_LIGHTNING = re.compile(r"LOCAL_RANK: \d+ - CUDA_VISIBLE_DEVICES|GPU available: (?:True|False)|┃ Name +┃ Type|"
+                        r"\| Name +\| Type +\| Params|lightning[./](?:pytorch|fabric)")
+_RICH_TABLE = re.compile(r"[┏┃┡]")
+
+
+@dataclass(frozen=True)
+class Doing:
+    """The phase the log shows and the event that decides it."""
+
+    phase: Phase
+    step: Step | None = None  # the loop's latest progress
+    bar: BarLine | None = None  # the bar the phase comes from (an open eval / loading bar…)
+    marker: Marker | None = None  # the announcement it comes from ("Saving model checkpoint to …")
+    crash: Crash | None = None  # the fatal error after the last progress
+    ended: Marker | None = None  # a normal end after the last progress
+    thread_crash: Crash | None = None  # a thread that died (the run may go on)
+    reached_total: bool = False  # the loop's counter reached its total
+    no_file_progress: bool = False  # Lightning's rich bar: it trains, but nothing reaches the file
+
+
+def _position(step: Step | None) -> int:
+    return step.index if step is not None else -(1 << 30)
+
+
+def _fatal(ev: Evidence, after: int) -> Crash | None:
+    """The error that ended the run, not the launcher's echo of it.
+
+    The workers' own errors come before the launcher's report (its ChildFailedError or exit code
+    only repeats a child's error when that error is in the log), and the others' SIGTERM is the
+    launcher's teardown. With several ranks failing, the first in the log failed first; one process
+    failing again and again (a retry loop), its last error is the one that ended it."""
+    fatal = [c for c in ev.crashes if not c.in_thread and c.line_index >= after]
+    if not fatal:
+        return None
+    own = [c for c in fatal if c.kind not in ("child_failed", "signal") and not _TEARDOWN.search(f"{c.exc_type or ''} {c.message}")]
+    if not own:
+        reports = [c for c in fatal if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
+        return reports[0] if reports else fatal[-1]
+    ranks = {c.rank for c in own}
+    return own[0] if len(ranks) > 1 else own[-1]
+
+
+def _restarted(ev: Evidence, crash: Crash) -> bool:
+    """A new attempt after the error: a loading bar or an announcement of work, or the run's start-up
+    printed again (a relaunch repeats its first lines; a dying process's last words and the launcher's
+    teardown do not look like the run's start)."""
+    later = crash.line_index + 3
+    if (any(m.index > later and m.kind in (Mark.LOADING, Mark.PREPARING, Mark.TRAINING, Mark.COMPILING) for m in ev.markers)
+            or any(b.index > later and b.bar.role in (Role.LOADING, Role.PREPARING) for b in ev.bars)):
+        return True
+    if ev.window_truncated:
+        return False  # the window's first lines are then no run's start
+    first_error = min((c.line_index for c in ev.crashes), default=crash.line_index)
+    # Compared without launcher and host prefixes: pdsh's bare "192.168.205.202: " lines are no start-up.
+    opening = [template(x) for x in ev.lines[:first_error] if message(x) and not _NOISE.search(x)][:4]
+    after = [template(x) for x in ev.lines[later:] if message(x)]
+    # The window's own first lines, printed again in their order after the error.
+    found, k = 0, 0
+    for t in after:
+        if k < len(opening) and t == opening[k]:
+            found, k = found + 1, k + 1
+    return len(opening) >= 2 and found >= 2
+
+
+_NOISE = re.compile(r"(?i)warn|error|exception|traceback|^\s|wandb|^\W*$|frame #\d|0x[0-9a-f]{6,}|nccl")
+
+
+def _open_marker(ev: Evidence, after: int) -> Marker | None:
+    """The latest announcement after the last progress that nothing has closed since."""
+    current: Marker | None = None
+    for m in ev.markers:
+        if m.index <= after:
+            continue
+        if current is not None and _CLOSES.get(current.kind) is m.kind:
+            current = None
+        elif m.kind in _MARK_PHASES:
+            current = m
+    return current
+
+
+def _last_move(steps) -> int:
+    """Where the counter took its current value (the first of the trailing lines that repeat it)."""
+    if not steps:
+        return -(1 << 30)
+    k = len(steps) - 1
+    while k > 0 and steps[k - 1].step == steps[-1].step and steps[k - 1].step is not None:
+        k -= 1
+    return steps[k].index
+
+
+# What a loop prints once it is over: results of a final test or evaluation, the best value, a last save.
+_RESULT = re.compile(r"(?i)\b(?:test|val(?:id(?:ation)?)?|eval(?:uation)?|final|best|results?|top-?[15]|acc(?:uracy)?|"
+                     r"mAP|mIoU|dice|bleu|rouge|f1|auc|score|ppl|perplexity)\w*\b[^\n]{0,40}?[:=]?[ \t]*-?\d")
+
+
+def results_after(ev: Evidence, step: Step | None) -> bool:
+    """Did the log print results, or save, after the loop's last progress line? A process killed in the
+    middle of its loop stops at a step; one that reached its end evaluates, reports, saves, then exits."""
+    at = _position(step)
+    if any(m.index > at and m.kind in (Mark.EVALUATED, Mark.SAVED, Mark.ENDED) for m in ev.markers):
+        return True
+    return any(_RESULT.search(x) for x in ev.lines[max(at + 1, len(ev.lines) - 12):] if x.strip())
+
+
+def last_result(ev: Evidence, step: Step | None) -> str | None:
+    """The last result line after the loop (what a finished run's headline can end with)."""
+    at = _position(step)
+    for x in reversed(ev.lines[max(at + 1, len(ev.lines) - 12):]):
+        if x.strip() and _RESULT.search(x):
+            text = x.strip()
+            return text[:60] + ("…" if len(text) > 60 else "")
+    return None
+
+
+def _reached(step: Step | None) -> bool:
+    return step is not None and step.total is not None and step.step is not None and step.step >= step.total > 1
+
+
+def activity(ev: Evidence) -> Doing:
+    step = ev.steps[-1] if ev.steps else None
+    at = _position(step)
+    threads = [c for c in ev.crashes if c.in_thread]
+    thread_crash = threads[-1] if threads else None
+    crash = _fatal(ev, at)
+    if crash is not None and crash.line_index == at and crash.kind not in ("segfault", "killed", "assert", "signal"):
+        crash = None  # on the progress line itself only a glued fatal text counts (`…| 11/56 [..]Segmentation fault`)
+    if crash is not None and _restarted(ev, crash):
+        crash = None
+    # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
+    # last move, not after its last redraw.
+    # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
+    moved = _last_move(ev.steps)
+    ends = [m for m in ev.markers if m.kind is Mark.ENDED and (
+        m.index >= moved or (m.index == moved - 1 and sum(s.index > m.index for s in ev.steps) == 1))]
+    base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step)}
+    if crash is not None:
+        return Doing(Phase.CRASHED, crash=crash, **base)
+    bars = [b for b in ev.bars if b.index > at and (b.bar.role is not Role.TRAINING or b.bar.nested) and not b.after]
+    bar = bars[-1] if bars else None
+    marker = _open_marker(ev, at)
+    # An end, unless the run went on after it (HF's final evaluation after `Training completed`); the final
+    # model's save after it is part of ending.
+    if ends and not ((bar is not None and bar.index > ends[-1].index and not bar.bar.finished)
+                     or (marker is not None and marker.index > ends[-1].index and marker.kind is not Mark.SAVING)):
+        return Doing(Phase.FINISHED, ended=ends[-1], **base)
+    if bar is not None and (marker is None or bar.index >= marker.index):
+        if bar.bar.finished and bar.bar.role is Role.SAVING and marker is not None and marker.kind is Mark.SAVING:
+            return Doing(Phase.SAVING, bar=bar, marker=marker, **base)  # shards written; the optimizer state follows
+        return Doing(_BAR_PHASES[bar.bar.role], bar=bar, marker=marker, **base)
+    if marker is not None:
+        return Doing(_MARK_PHASES[marker.kind], marker=marker, **base)
+    if step is not None:
+        return Doing(Phase.TRAINING, **base)
+    text = "\n".join(ev.lines[-200:])
+    if _LIGHTNING.search(text) and _RICH_TABLE.search(text):
+        return Doing(Phase.TRAINING, no_file_progress=True, **base)
+    return Doing(Phase.STARTING, **base)
+
+
+def bar_of(doing: Doing) -> Bar | None:
+    return doing.bar.bar if doing.bar is not None else None

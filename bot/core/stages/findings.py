@@ -1,0 +1,70 @@
+"""Pure: what is worth saying beside the phase — a loss gone NaN, a dead thread, an idle GPU role, a log
+replaced under its writer, a rank spinning in a collective — as typed findings."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from bot.core.evidence import Evidence
+from bot.core.facts import Crash, Step
+from bot.core.gpus import GpuReport, format_indices
+from bot.core.verdict import Finding, Found
+
+
+def nan_loss(steps: Sequence[Step]) -> Found | None:
+    """The loss (or its gradient norm) is nan/inf now: since which step, and the last good value before."""
+    if not steps or not steps[-1].non_finite:
+        return None
+    first = len(steps) - 1
+    while first > 0 and steps[first - 1].non_finite:
+        first -= 1
+    good = next((s for s in reversed(steps[:first]) if s.loss is not None and math.isfinite(s.loss)), None)
+    last = steps[-1]
+    what = "loss" if any("loss" in k for k in last.non_finite) else last.non_finite[0]
+    if what == "loss" and last.loss is not None and math.isinf(last.loss):
+        what = "loss inf" if last.loss > 0 else "loss -inf"
+    else:
+        what += " NaN"
+    since = steps[first].step if first > 0 or len(steps) == 1 else None  # the run of NaN may start before the kept lines
+    unit = "batch" if last.counter == "batch" else "iteration" if last.counter in ("iteration", "iters") else "step"
+    return Found(Finding.NAN_LOSS, what, since, good.loss if good else None, good.step if good else None, unit)
+
+
+def thread_died(crash: Crash | None) -> Found | None:
+    return Found(Finding.THREAD_DIED, crash.thread or "?") if crash is not None else None
+
+
+def idle_roles(gpu: GpuReport) -> list[Found]:
+    """An idle role is a finding only beside a role that works ("idle drafters while the target steps");
+    every GPU idle with a fresh log is a pause between steps, or silence on its way."""
+    roles = [role for role, idx in gpu.roles if idx and gpu.in_role(role)]
+    idle = [role for role in roles if all(g.cls == "idle" for g in gpu.in_role(role))]
+    if len(idle) == len(roles):
+        return []
+    return [Found(Finding.IDLE_ROLE, role) for role in idle]
+
+
+def stuck_collective(gpu: GpuReport) -> Found | None:
+    """Busy in every sample while the log is silent: a rank spinning in a collective, waiting for a peer
+    whose GPU sits idle (or whose process is gone). Names both sides."""
+    spinning = [g for g in gpu.gpus if g.cls == "busy" and g.utils and all((u or 0) >= 90 for u in g.utils)]
+    if not spinning:
+        return None
+    idle = [g for g in gpu.gpus if g.cls == "idle"]
+    text = f"{gpu_names(spinning)} at 100 % with no new steps (stuck in a collective?)"
+    return Found(Finding.STUCK_COLLECTIVE, text + (f", waiting on idle {gpu_names(idle)}" if idle else ""))
+
+
+def gpu_names(states) -> str:
+    """"target GPU 0", "drafter GPUs 5–7", or "GPU 0" when no role is configured."""
+    roles = {g.role for g in states}
+    role = f"{roles.pop()} " if len(roles) == 1 and None not in roles else ""
+    return f"{role}GPU{'s' if len(states) > 1 else ''} {format_indices(g.index for g in states)}"
+
+
+def replaced(ev: Evidence) -> Found | None:
+    if ev.moved is None:
+        return None
+    name = ev.moved.path.rsplit("/", 1)[-1]
+    return Found(Finding.LOG_REPLACED, name, ev.moved.steps[-1].step if ev.moved.steps else None)

@@ -1,0 +1,242 @@
+"""Pure: the last stage — the log's phase, the writer's life and the progress's age become the Verdict:
+its phase and level (the worst of its findings), its concerns, and the one line a phone shows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from bot.core import humanize as hz
+from bot.core.evidence import Evidence
+from bot.core.facts import Process, Step
+from bot.core.gpus import GpuReport
+from bot.core.progress import final_count
+from bot.core.stages import findings as fd
+from bot.core.stages import words
+from bot.core.markers import Mark, end_reason
+from bot.core.markers import words as announced
+from bot.core.stages.activity import Doing, last_result, results_after
+from bot.core.stages.freshness import Freshness
+from bot.core.stages.pace import phase_threshold
+from bot.core.stages.schedule import at_schedule_end
+from bot.core.stages.liveness import Life, Liveness, main_writer
+from bot.core.verdict import (
+    GRACE_PHASES,
+    TAIL_MAX,
+    Concern,
+    Finding,
+    Found,
+    Level,
+    Phase,
+    Verdict,
+    Worry,
+    worst,
+)
+
+
+# An end that says only that it ended adds nothing to "finished".
+_GENERIC_END = re.compile(r"(?i)^(?:training )?(?:is )?(?:done|complete|completed|finished|all done)\.?!?$")
+
+
+def _base(ev: Evidence, run, gpu: GpuReport, **kw) -> dict:
+    return {"run": run.name, "gpu": gpu, "tail": ev.lines[-TAIL_MAX:], "problems": ev.problems, "observed_at": ev.now,
+            "silent_for": ev.silent_for, "log_size": ev.log.size, "hidden_processes": ev.hidden_processes, **kw}
+
+
+def no_log(ev: Evidence, run, gpu: GpuReport) -> Verdict:
+    where = "" if ev.log.dir_exists else " (its folder does not exist either)"
+    process = None
+    if ev.processes:
+        # The likeliest "run" is one that names the log's folder, else the newest (a restart under way),
+        # never a week-old system daemon that happens to be Python, nor a wrapper (timeout, bash) around it.
+        folder = ev.log.path.rsplit("/", 1)[0]
+        wrappers = ("timeout ", "bash ", "sh -c", "/bin/sh ", "nohup ", "env ")
+        candidates = [p for p in ev.processes if not p.command.lstrip().startswith(wrappers)] or list(ev.processes)
+        process = min(candidates, key=lambda p: (folder not in p.command, p.elapsed_s or 0))
+        tail = f"{hz.trim(process.command, 50)} running for {hz.duration(process.elapsed_s)}"
+    else:
+        tail = "no training process seen"
+    return Verdict(phase=Phase.NO_LOG, level=Level.CRIT, headline=f"log not found: {ev.log.path}{where} — {tail}",
+                   process=process, concerns=(Concern(Worry.NO_LOG),), **_base(ev, run, gpu))
+
+
+def unreadable(ev: Evidence, run, gpu: GpuReport) -> Verdict:
+    why = ev.problems[0] if ev.problems else ev.log.path
+    return Verdict(phase=Phase.NO_LOG, level=Level.CRIT, headline=f"cannot read the log: {why}",
+                   concerns=(Concern(Worry.UNREADABLE),), **_base(ev, run, gpu))
+
+
+def _at(step: Step | None) -> str:
+    if step is None:
+        return "before the first step"
+    return f"at {c}" if (c := words.counter(step)) else "after training began"
+
+
+def _last_line(ev: Evidence) -> str:
+    from bot.core.redact import redact_lines
+
+    last = next((x for x in reversed(redact_lines(ev.lines[-40:])) if x.strip()), "")
+    return hz.trim(last, 60)
+
+
+def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | None, previous: Verdict | None,
+                 writer: Process | None) -> str:
+    """The healthy-case line of a phase."""
+    before = previous.step if previous is not None else None
+    if doing.phase is Phase.TRAINING and doing.no_file_progress:
+        return "no progress lines in the log — Lightning's rich progress bar writes nothing to files"
+    if doing.phase is Phase.TRAINING and step is not None:
+        return words.progress(step, before) + (f" · {hz.duration(age)} ago" if age is not None else "")
+    at = f" at {words.counter(step)}" if step is not None and words.counter(step) else ""
+    lead = "no steps yet — " if step is None else ""
+    if doing.bar is not None:
+        bar = doing.bar.bar
+        where = f" — {device}" if (device := ev.device_line(doing.bar.index)) else ""
+        if doing.phase is Phase.SAVING and doing.marker is not None:
+            return f"saving checkpoint{at} — {words.bar(bar)}{_so_far(ev, doing.marker.index)}"
+        if bar.finished and doing.phase is Phase.LOADING:
+            return f"{lead}{words.bar(bar)} done, waiting for the first step"
+        if doing.phase is Phase.EVALUATING:
+            return f"evaluating{at} — {words.bar(bar)}"
+        return f"{lead}{words.bar(bar)}{where}"
+    if doing.marker is not None:
+        what = {Phase.SAVING: "saving checkpoint", Phase.EVALUATING: "evaluating", Phase.COMPILING: "compiling",
+                Phase.LOADING: "loading", Phase.PREPARING: "preparing data", Phase.STARTING: "starting training"}[doing.phase]
+        if doing.phase is Phase.LOADING:
+            what = f"{lead}{announced(doing.marker)}"
+        elif doing.phase is Phase.PREPARING:
+            what = f"{lead}preparing the dataset: {announced(doing.marker, 60)}"
+        elif doing.phase is Phase.EVALUATING and re.search(r"\d", announced(doing.marker)):
+            what = f"evaluating: {announced(doing.marker, 60)}"  # "Start inference on 5000 batches"
+        # "checkpoint-1000" says more than an HF dict's "epoch 0.12".
+        marker_at = f" at step {doing.marker.step}" if doing.marker.step is not None and (
+            step is None or step.step is None) else at
+        return f"{what}{marker_at}{_so_far(ev, doing.marker.index)}"
+    if not ev.lines:
+        started = f"started {hz.duration(writer.elapsed_s)} ago, " if writer is not None and writer.elapsed_s is not None else ""
+        return f"{started}no output yet (importing?)"
+    return f"no steps yet — last line: {_last_line(ev)}"
+
+
+def _so_far(ev: Evidence, index: int) -> str:
+    """" — 12 s so far", counted from the announcement's own stamp where it has one, else from the last write."""
+    stamp = ev.stamps[index] if 0 <= index < len(ev.stamps) else None
+    newest = max((s for s in ev.stamps[index:] if s is not None), default=None)
+    if ev.silent_for is None:
+        return ""
+    took = ev.silent_for + (newest - stamp if stamp is not None and newest is not None else 0.0)
+    return f" — {hz.duration(took)} so far"
+
+
+def _concern(found: Found) -> Concern | None:
+    return {Finding.NAN_LOSS: Concern(Worry.NAN_LOSS), Finding.THREAD_DIED: Concern(Worry.THREAD_DIED, found.detail),
+            Finding.IDLE_ROLE: Concern(Worry.GPU_IDLE, found.detail),
+            Finding.LOG_REPLACED: Concern(Worry.LOG_REPLACED, found.detail)}.get(found.what)
+
+
+def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh: Freshness, steps: Sequence[Step],
+          training_threshold: float, previous: Verdict | None) -> Verdict:
+    step = steps[-1] if steps else None
+    writer = life.writer or main_writer(ev.writers)
+    found: list[Found] = [f for f in (fd.nan_loss(steps), fd.thread_died(doing.thread_crash), fd.replaced(ev)) if f]
+    base = _base(ev, run, gpu, step=step, writer=writer, progress_age=fresh.age, progress_since=fresh.since,
+                 crash=doing.crash, thread_crash=doing.thread_crash)
+
+    def verdict(phase: Phase, level: Level, headline: str, concerns: Sequence[Concern] = (), **extra) -> Verdict:
+        levels = [level] + [Level.WARN for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.LOG_REPLACED)]
+        own = list(concerns) + [c for f in found if (c := _concern(f)) is not None and c not in concerns]
+        return Verdict(phase=phase, level=worst(levels), headline=headline, findings=tuple(found),
+                       concerns=tuple(own), **{**base, **extra})
+
+    def with_findings(text: str) -> str:
+        said = [words.finding(f) for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED)]
+        return text + "".join(f" · {s}" for s in said)
+
+    if doing.phase is Phase.CRASHED:
+        ending = "process gone" if not life.alive else (
+            f"process {writer.pid} still alive (hung after the error?)" if writer else "process still alive?")
+        return verdict(Phase.CRASHED, Level.CRIT, f"crashed — {words.crash(doing.crash)} {_at(step)}; {ending}",
+                       [Concern(Worry.CRASHED)])
+
+    finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or (
+        step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and results_after(ev, step))))
+    if finished:
+        if step is not None:
+            step = final_count(ev.lines, step)
+        last = f"last {words.counter(step)}" if step is not None and words.counter(step) else ""
+        if not last and (saved := [m for m in ev.markers if m.step is not None and m.kind in (Mark.SAVING, Mark.SAVED)]):
+            last = f"last checkpoint at step {saved[-1].step}"
+        head = "finished" + (f" — {last}" if last else "")
+        if step is not None and step.loss is not None and not any(f.what is Finding.NAN_LOSS for f in found):
+            head += f" · loss {words._value(step.loss)}"
+        if doing.ended is not None and (reason := end_reason(doing.ended, ev.lines)) and not _GENERIC_END.match(reason):
+            head += f" ({reason})"
+        elif doing.ended is None and (result := last_result(ev, step)):
+            head += f", then: {result}"
+        if life.life in (Life.ALIVE, Life.NEAR):
+            silent = ev.silent_for
+            if silent is not None and silent > training_threshold:
+                return verdict(Phase.FINISHED, Level.WARN, f"{head}, but process {writer.pid if writer else '?'} still "
+                               f"alive {hz.duration(silent)} later (hung on exit?)", [Concern(Worry.HUNG_ON_EXIT)])
+            return verdict(Phase.FINISHED, Level.OK, f"{head}; process exiting")
+        if doing.thread_crash is not None:  # a clean exit hides that part of the work stopped on the way
+            return verdict(Phase.FINISHED, Level.WARN, f"{head}, but thread {doing.thread_crash.thread} died on the way: "
+                           f"{words.crash(doing.thread_crash, 60)}")
+        return verdict(Phase.FINISHED, Level.OK, with_findings(head))
+
+    if not life.alive:
+        if not ev.lines:
+            return verdict(Phase.STOPPED, Level.CRIT, "not running — the log is empty and no process writes it",
+                           [Concern(Worry.STOPPED)])
+        if step is not None:
+            head = f"stopped — process gone {_at(step).replace('at ', 'after ', 1)}, no error and no normal end (killed?)"
+        else:
+            head = f"stopped before the first step — process gone, last line: {_last_line(ev)}"
+        return verdict(Phase.STOPPED, Level.CRIT, head, [Concern(Worry.STOPPED)])
+
+    phase = doing.phase
+    if life.life is Life.MOVED:
+        moved = ev.moved
+        since = hz.duration(ev.silent_for) if ev.silent_for is not None else "?"
+        there = f" — {words.progress(step)} there" if step is not None else ""
+        head = f"log replaced {since} ago; pid {moved.process.pid} still writes {moved.path.rsplit('/', 1)[-1]}{there}"
+        phase = Phase.TRAINING if step is not None else Phase.STARTING
+        age = fresh.age if step is not None and moved.mtime is None else (
+            max(0.0, ev.now - moved.mtime) if ev.now is not None and moved.mtime is not None else fresh.age)
+        if age is not None and age > training_threshold and step is not None:
+            return verdict(Phase.SILENT, Level.CRIT, f"silent {hz.duration(age)} — {head}", [Concern(Worry.SILENT)],
+                           threshold=training_threshold)
+        return verdict(phase, Level.WARN, head, threshold=training_threshold)
+
+    grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
+    threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
+    age = fresh.age if phase is Phase.TRAINING and not doing.no_file_progress else ev.silent_for
+    describe = _phase_words(ev, doing, step, fresh.age, previous, writer)
+
+    if age is not None and age > threshold:
+        if phase is Phase.TRAINING and step is not None:
+            # Where it stopped is the news; a rate from 12 minutes ago is not.
+            what = f"last {words.counter(step) or words.progress(step)}"
+        else:
+            what = f"while {describe}"
+        bits = []
+        if stuck := fd.stuck_collective(gpu):
+            bits.append(stuck.detail)
+        elif gpu.gpus and not gpu.error:
+            bits.append(gpu.summary())
+        who = "process alive" if life.life in (Life.ALIVE, Life.NEAR) else "writer not visible to the probe"
+        head = with_findings(f"silent {hz.duration(age)} — {what}") + f"; {who}" + "".join(f"; {b}" for b in bits)
+        return verdict(Phase.SILENT, Level.CRIT, head, [Concern(Worry.SILENT)], threshold=threshold)
+
+    if doing.thread_crash is not None and phase is Phase.TRAINING:
+        return verdict(Phase.THREAD_DIED, Level.WARN,
+                       f"training, but thread {doing.thread_crash.thread} died: {words.crash(doing.thread_crash, 70)} — {describe}",
+                       threshold=threshold)
+    level = Level.OK if phase is Phase.TRAINING and not doing.no_file_progress else Level.NOTE
+    if phase is Phase.TRAINING:
+        idle = fd.idle_roles(gpu)
+        found.extend(idle)
+        if idle:
+            level = Level.WARN
+            describe += "; " + ", ".join(words.finding(f) for f in idle)
+    return verdict(phase, level, with_findings(describe), threshold=threshold)

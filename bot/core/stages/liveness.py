@@ -1,0 +1,54 @@
+"""Pure: is anything still writing the log? (seen, gone, not visible to the probe, writing another file)."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.core.evidence import Evidence
+from bot.core.facts import Process
+
+TRAINING_PROCESS = re.compile(r"python|torchrun|deepspeed|accelerate|lightning|\bmpirun\b|\bsrun\b")
+
+
+class Life(str, enum.Enum):
+    ALIVE = "alive"  # a process holds the log open for writing
+    GONE = "gone"  # the probe saw every process's files, and none writes the log
+    UNSEEN = "unseen"  # no writer seen, but the probe was not allowed to see every process's files
+    MOVED = "moved"  # nobody writes the log, but a process writes another file of its folder (rotated away)
+    NEAR = "near"  # nobody holds the log open, but a training process works in its folder: it opens the log per write
+
+
+@dataclass(frozen=True)
+class Liveness:
+    life: Life
+    writer: Process | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.life is not Life.GONE
+
+
+def main_writer(writers: Sequence[Process]) -> Process | None:
+    """The training process among the log's writers (a `tee`, a launcher or Open MPI's daemon may hold it too)."""
+    if not writers:
+        return None
+    training = [p for p in writers if TRAINING_PROCESS.search(p.command) and "<defunct>" not in p.command]
+    return max(training or writers, key=lambda p: p.elapsed_s or 0)
+
+
+def liveness(ev: Evidence) -> Liveness:
+    writer = main_writer(ev.writers)
+    if writer is not None:
+        return Liveness(Life.ALIVE, writer)
+    if ev.moved is not None:
+        return Liveness(Life.MOVED, ev.moved.process)
+    if near := main_writer([p for p in ev.near if TRAINING_PROCESS.search(p.command)]):
+        # `with open(log, "a") as f: f.write(...)` each step (nanoGPT-style loops) holds nothing open
+        # between writes; its process, working in the log's folder, is the run.
+        return Liveness(Life.NEAR, near)
+    # A log written seconds ago with no writer seen is not alive when the probe saw every process:
+    # a killed compile must not read "compiling — 7 s so far".
+    return Liveness(Life.UNSEEN if ev.hidden_processes else Life.GONE)

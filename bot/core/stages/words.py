@@ -1,0 +1,116 @@
+"""Pure: the short phrases a headline is made of — progress, an error, a bar, a finding — from typed facts."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from bot.core import humanize as hz
+from bot.core.bars import Bar
+from bot.core.facts import Crash, Step
+from bot.core.verdict import Finding, Found
+
+_SIGNAL_NAMES = {9: "SIGKILL", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
+
+
+def _value(x: float | None) -> str:
+    if x is None:
+        return "?"
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return hz.number(x)
+
+
+def counter(step: Step) -> str:
+    """"step 1200/60000", "iteration 8/20", "epoch 3 · batch 450/1000", "epoch 299"."""
+    parts = []
+    if step.epoch is not None and (step.step is None or step.counter == "batch" or step.epoch_total):
+        epoch = f"epoch {hz.number(step.epoch)}" + (f"/{step.epoch_total}" if step.epoch_total else "")
+        parts.append(epoch)
+    if step.step is not None:
+        word = "batch" if step.counter == "batch" and step.epoch is not None else (
+            "iteration" if step.counter in ("iteration", "iters") else "step")
+        parts.append(f"{word} {step.step}" + (f"/{step.total}" if step.total else ""))
+    return " · ".join(parts)
+
+
+def progress(step: Step, previous: Step | None = None) -> str:
+    """"step 1200/60000 · 14.2K tok/s · loss 2.31" (the rate's change since the last check, when known)."""
+    parts = [c] if (c := counter(step)) else []
+    if step.rate is not None and math.isfinite(step.rate):
+        rate = f"{hz.count(step.rate)} {step.rate_unit or 'it/s'}"
+        old = previous.rate if previous is not None and previous.rate_unit == step.rate_unit else None
+        if old and (change := hz.percent_change(step.rate, old)):
+            rate += f" ({change} since last check)"
+        parts.append(rate)
+    if step.loss is not None:
+        parts.append(f"loss {_value(step.loss)}")
+    return " · ".join(parts) or hz.trim(step.line, 60)
+
+
+def first_sentences(message: str, limit: int) -> str:
+    """As many whole sentences as fit: "CUDA out of memory. Tried to allocate 372.53 GiB." beats a cut mid-word."""
+    sentences = re.split(r"(?<=[.!?])\s+", message.strip())
+    text = sentences[0]
+    for more in sentences[1:]:
+        if len(text) + 1 + len(more) > limit:
+            return text + " …"
+        text += " " + more
+    return hz.trim(text, limit)
+
+
+def signal(code: int | None) -> str | None:
+    if code is None:
+        return None
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
+    return _SIGNAL_NAMES.get(number)
+
+
+def crash(c: Crash, limit: int = 90) -> str:
+    """What failed, in words: "torch.OutOfMemoryError: CUDA out of memory. …", "rank 1 exited with code 1"."""
+    if c.kind == "child_failed":
+        who = f"rank {c.rank}" if c.rank is not None else "a worker"
+        sig = signal(c.exit_code)
+        code = f"exit code {c.exit_code}" + (f", {sig}" if sig else "")
+        hint = f" — {c.signal_hint}" if c.signal_hint and sig in ("SIGKILL", "SIGBUS") else ""
+        return hz.trim(f"ChildFailedError: {who} failed ({code}){hint}" if c.exit_code is not None
+                       else f"ChildFailedError: {who} failed", limit)
+    if c.kind == "child_failed" and c.exc_type == "launcher":
+        who = f"rank {c.rank}" if c.rank is not None else "a worker"
+        sig = signal(c.exit_code)
+        return hz.trim(f"{who} exited with return code {c.exit_code}" + (f" ({sig})" if sig else ""), limit)
+    if not c.exc_type and c.kind in ("killed", "segfault", "signal", "fatal", "cancelled", "nccl_timeout"):
+        text = c.message or c.kind
+        if c.kind == "killed" and c.signal_hint and "SIGKILL" not in text:
+            text += f" ({c.signal_hint})"
+        return hz.trim(f"rank {c.rank}: {text}" if c.rank is not None else text, limit)
+    head = c.exc_type or c.kind
+    who = f"rank {c.rank}: " if c.rank is not None else ""
+    text = f"{who}{head}: {first_sentences(c.message, limit - len(head) - len(who))}" if c.message else f"{who}{head}"
+    return hz.trim(text, limit)
+
+
+def bar(b: Bar) -> str:
+    """"loading weights 15% (131/851)"."""
+    desc = (b.desc or "progress").strip()
+    desc = desc[0].lower() + desc[1:] if desc[:1].isupper() and not desc[1:2].isupper() else desc
+    pct = f" {b.pct}%" if b.pct is not None else ""
+    counts = f" ({b.n}/{b.total})" if b.n is not None and b.total is not None else (f" ({b.n})" if b.n is not None else "")
+    return f"{desc}{pct}{counts}"
+
+
+def finding(f: Found) -> str:
+    if f.what is Finding.NAN_LOSS:
+        since = f" since {f.unit} {f.step}" if f.step is not None else ""
+        before = f" ({hz.number(f.before)} at {f.unit} {f.before_step})" if f.before is not None and f.before_step is not None else (
+            f" (was {hz.number(f.before)})" if f.before is not None else "")
+        return f"{f.detail}{since}{before}"
+    if f.what is Finding.THREAD_DIED:
+        return f"thread {f.detail} died"
+    if f.what is Finding.IDLE_ROLE:
+        return f"{f.detail} GPUs idle"
+    if f.what is Finding.LOG_REPLACED:
+        return f"log replaced; the job writes {f.detail}"
+    return f.detail

@@ -1,0 +1,72 @@
+"""Pure: the short evidence rows under a headline (error, progress, writer, log, GPUs…), built from a
+Verdict's typed fields; each renderer escapes and formats them its own way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.core import humanize as hz
+from bot.core.stages import words
+from bot.core.verdict import Finding, Phase, Verdict
+
+
+@dataclass(frozen=True)
+class Row:
+    """One labelled fact. `at` is a time the renderer writes in its own way (a Slack date token, a clock):
+    it comes after `text`, which is plain words and may hold log text."""
+
+    label: str
+    text: str
+    at: float | None = None
+
+
+def rows(v: Verdict, *, muted_until: float | None = None) -> list[Row]:
+    """Most useful first: what failed, where the loop is, who writes the log, how fresh it is, the GPUs."""
+    out: list[Row] = []
+    if muted_until is not None:
+        # A muted run is still probed; say so, or a quiet alert channel reads as "all well".
+        out.append(Row("muted", "alerts muted until", muted_until))
+    if v.crash is not None:
+        out.append(Row("error", words.crash(v.crash, 200)))
+    if v.step is not None:
+        out.append(Row("progress", words.progress(v.step)))
+    out += _process_rows(v)
+    if v.silent_for is not None:
+        size = f" · {hz.size(v.log_size)}" if v.log_size is not None else ""
+        out.append(Row("log", f"last write {hz.duration(v.silent_for)} ago{size}"))
+    if v.thread_crash is not None:
+        out.append(Row("thread", f"{v.thread_crash.thread} died: {words.crash(v.thread_crash, 70)}"))
+    out += [Row("found", words.finding(f)) for f in v.findings
+            if f.what in (Finding.NAN_LOSS, Finding.LOG_REPLACED, Finding.HUNG_ON_EXIT, Finding.NO_FILE_PROGRESS)]
+    out += _gpu_rows(v)
+    return out
+
+
+def _process_rows(v: Verdict) -> list[Row]:
+    if v.writer is not None:
+        w = v.writer
+        return [Row("writer", f"pid {w.pid} · up {hz.duration(w.elapsed_s)} · {hz.trim(w.command, 60)}")]
+    if v.process is not None:
+        return [Row("process", f"pid {v.process.pid} · {hz.trim(v.process.command, 60)}")]
+    if v.hidden_processes:
+        return [Row("writer", f"not visible: {v.hidden_processes} processes hidden from the probe's user "
+                              "(probe as root to see them)")]
+    return []
+
+
+def _gpu_rows(v: Verdict) -> list[Row]:
+    gpu = v.gpu
+    if gpu is None:
+        return []
+    if gpu.error:
+        return [Row("GPUs", gpu.error)]
+    if not gpu.gpus:
+        return []
+    summary = gpu.summary()
+    if v.phase in (Phase.STARTING, Phase.LOADING, Phase.PREPARING) and gpu.idle():
+        summary += " — idle is expected while loading"
+    out = [Row("GPUs", summary)]
+    # The summary already says "(memory held)" for idle GPUs; keep the findings that add to it.
+    out += [Row("GPUs", f) for f in gpu.findings if not ("idle with" in f and "memory held" in summary)]
+    out += [Row("GPUs", f.detail) for f in v.findings if f.what is Finding.STUCK_COLLECTIVE]
+    return out
