@@ -69,7 +69,7 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
 
 def _unwrapped(text: str) -> str:
     """Without the stars and backticks around it, and a bracket only where it has no partner."""
-    text = text.strip(" `*")
+    text = text.replace("`", "").strip(" *")
     if text.startswith("[") and "]" not in text:
         text = text[1:]
     if text.endswith("]") and "[" not in text:
@@ -80,7 +80,8 @@ def _unwrapped(text: str) -> str:
 def _sentence_start(text: str, before: int) -> int:
     """Where the sentence holding `before` begins: after a ". " or " - ", or where a message was glued
     to a bar with no space (Keras's `loss: 44.4110Batch 3: Invalid loss, terminating training`)."""
-    starts = [0] + [m.end() for m in re.finditer(r"[.;!?] +| - |(?<=[\d\]a-z])(?=[A-Z][a-z])", text[:before])]
+    starts = [0] + [m.end() for m in re.finditer(r"[.;!?] +| - |(?<=[\d\]a-z])(?=[A-Z][a-z])|(?<=\])(?=[`'\"A-Z])",
+                                                 text) if m.end() <= before]
     return starts[-1]
 
 

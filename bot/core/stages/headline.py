@@ -92,8 +92,9 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
     if doing.bar is not None:
         bar = doing.bar.bar
         where = f" — {device}" if (device := ev.device_line(doing.bar.index)) else ""
-        if doing.phase is Phase.SAVING and doing.marker is not None:
-            return f"saving checkpoint{at} — {words.bar(bar)}{_so_far(ev, doing.marker.index)}"
+        if doing.phase is Phase.SAVING:  # HF's `Writing model shards` bar, with or without its announcement
+            so_far = _so_far(ev, doing.marker.index) if doing.marker is not None else ""
+            return f"saving checkpoint{at} — {words.bar(bar)}{so_far}"
         if bar.finished and doing.phase is Phase.LOADING:
             return f"{lead}{words.bar(bar)} done, waiting for the first step"
         if doing.phase is Phase.EVALUATING:
@@ -142,9 +143,11 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     base = _base(ev, run, gpu, step=step, writer=writer, progress_age=fresh.age, progress_since=fresh.since,
                  crash=doing.crash, thread_crash=doing.thread_crash)
 
-    def verdict(phase: Phase, level: Level, headline: str, concerns: Sequence[Concern] = (), **extra) -> Verdict:
-        levels = [level] + [Level.WARN for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.LOG_REPLACED)]
-        own = list(concerns) + [c for f in found if (c := _concern(f)) is not None and c not in concerns]
+    def verdict(phase: Phase, level: Level, headline: str, concerns: Sequence[Concern] = (), *, alert: bool = True,
+                **extra) -> Verdict:
+        """`alert`: the findings' own concerns go with it (a log rotated a second ago is no incident yet)."""
+        levels = [level] + [Level.WARN for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED)]
+        own = list(concerns) + [c for f in found if alert and (c := _concern(f)) is not None and c not in concerns]
         return Verdict(phase=phase, level=worst(levels), headline=headline, findings=tuple(found),
                        concerns=tuple(own), **{**base, **extra})
 
@@ -206,7 +209,9 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         if age is not None and age > training_threshold and step is not None:
             return verdict(Phase.SILENT, Level.CRIT, f"silent {hz.duration(age)} — {head}", [Concern(Worry.SILENT)],
                            threshold=training_threshold)
-        return verdict(phase, Level.WARN, head, threshold=training_threshold)
+        # Just rotated, it may be reopened; still empty after the silence allowed, runbot reads the wrong file.
+        level = Level.NOTE if ev.silent_for is not None and ev.silent_for <= training_threshold else Level.WARN
+        return verdict(phase, level, head, threshold=training_threshold, alert=level is Level.WARN)
 
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
     threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
