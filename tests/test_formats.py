@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.standins import SHARED_REAL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +20,7 @@ from bot.core.crashes import find_crashes
 from bot.core.markers import Mark, find_markers
 from bot.core.formats import last_bar_frame, parse_bar, parse_step, step_grep_ere
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "real"
-needs_real = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/fixtures/real is not here")
+REAL = SHARED_REAL
 R, G, Y, B, C, M, X = (f"\x1b[{n}m" for n in (31, 32, 33, 34, 36, 35, 39))
 
 
@@ -210,7 +211,6 @@ def test_custom_pattern_not_matching() -> None:
     assert parse_step("[eval] ep=1", re.compile(r"^\[train\]")) is None
 
 
-@needs_real
 @pytest.mark.parametrize(("name", "count", "last"), [("train_ok.log", 30, 60), ("train_oom.log", 5, 10)])
 def test_real_logs_steps(name: str, count: int, last: int) -> None:
     steps = [s for line in split(read_real(name)) if (s := parse_step(line))]
@@ -342,7 +342,6 @@ def test_last_bar_frame(chunk: str, expected: str | None) -> None:
     assert last_bar_frame(chunk) == expected
 
 
-@needs_real
 @pytest.mark.parametrize("name", ["train_ok.log", "train_oom.log"])
 def test_real_loading_bar(name: str) -> None:
     bar_line = read_real(name).split("\n")[1]
@@ -499,7 +498,6 @@ def test_find_crashes(text: str, expected: list[dict]) -> None:
         assert len(crash.message) <= 200
 
 
-@needs_real
 def test_real_oom() -> None:
     lines = split(read_real("train_oom.log"))
     [crash] = find_crashes(lines)
@@ -571,7 +569,6 @@ def test_a_marker_keeps_its_line_as_shown() -> None:
     assert m.text == "[rank0]:  saving checkpoint at iteration    1000 to /ckpt/gpt"
 
 
-@needs_real
 def test_a_real_log_announces_its_start_and_its_end() -> None:
     markers = find_markers(read_real("train_ok.log").split("\n"))
     assert {m.kind for m in markers[:-1]} <= {Mark.LOADING, Mark.TRAINING}, markers

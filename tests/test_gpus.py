@@ -19,8 +19,9 @@ from bot.core.gpus import (
     parse_gpu_section,
     parse_query_csv,
 )
+from tests.standins import SHARED_REAL
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+REAL = SHARED_REAL
 
 DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
           "Make sure that the latest NVIDIA driver is installed and running.")
