@@ -12,9 +12,11 @@ from typing import Sequence
 
 from bot.render import slack as render_slack
 from bot.render import text as render_text
+from bot.probe import replay
 from bot.probe.checkup import RUNS_AT_ONCE, check
 from bot.probe.targets import Targets
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
+from config.durations import parse_duration
 from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
 from config.settings import Settings, config_path, load_settings
 
@@ -42,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     pv = sub.add_parser("preview", help="a run's Slack answer as Block Kit JSON, with a Block Kit Builder link")
     pv.add_argument("run", help="run name or a unique prefix")
     pv.add_argument("--view", choices=("status", "gpus", "tail"), default="status", help="which answer (default status)")
+    r = sub.add_parser("replay", help="re-diagnose probes saved with --save-probe (no probe runs)")
+    r.add_argument("probes", nargs="+", type=Path, metavar="PROBE", help="saved .probe (or .json) files, or folders of them")
+    r.add_argument("--later", metavar="DURATION", help="read them this much later, as if nothing changed (10m, 2h)")
+    r.add_argument("--view", choices=("status", "gpus", "tail"), default="status", help="which answer (default status)")
     d = sub.add_parser("demo", help="the whole product on this machine, no Slack, no cluster")
     d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
     return p
@@ -62,8 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(fast=args.fast)
     try:
         settings = load_settings()
-        registry = load_registry(config_path(args.config, settings), env_state_db=settings.runbot_state_db)
+        path = config_path(args.config, settings)
+        if args.command == "replay":  # a capture from elsewhere replays with runbot's defaults
+            registry = load_registry(path, env_state_db=settings.runbot_state_db) if args.config or path.exists() else None
+            return _replay(args, registry)
+        registry = load_registry(path, env_state_db=settings.runbot_state_db)
     except ConfigError as exc:
+        print(f"runbot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -130,6 +143,28 @@ async def _check_all(registry: Registry, save: Path | None) -> list[tuple[str, V
         return list(await asyncio.gather(*(one(r) for r in registry.runs.values())))
     finally:
         await targets.close()
+
+
+def _replay(args: argparse.Namespace, registry: Registry | None) -> int:
+    try:
+        later = parse_duration(args.later, "--later") if args.later else 0.0
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    files = [f for p in args.probes for f in (sorted(p.glob("*.probe")) if p.is_dir() else [p])]
+    if not files:
+        raise UsageError(f"no saved probes in {', '.join(map(str, args.probes))}")
+    try:
+        captures = [replay.load(f) for f in files]
+    except replay.CaptureError as exc:
+        raise UsageError(str(exc)) from None
+    runs = dict(registry.runs) if registry is not None else {}
+    for n, (capture, verdict) in enumerate(replay.replay(captures, runs, later=later)):
+        where = runs[capture.run].where if capture.run in runs else ""
+        answer = {"status": lambda: render_text.status(verdict, where=where), "gpus": lambda: render_text.gpus(verdict),
+                  "tail": lambda: render_text.tail(verdict)}[args.view]()
+        head = f"# {capture.path.name}" + (f" · {args.later} later" if later else "")
+        print(("\n" if n else "") + head + "\n" + answer)
+    return EXIT_OK
 
 
 def _preview(verdict: Verdict, run: Run, view: str) -> str:

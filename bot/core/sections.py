@@ -49,3 +49,21 @@ def split_sections(stdout: bytes, nonce: str) -> Sections:
         if _NAME.match(key) and key not in parts:
             parts[key] = body
     return Sections(parts)
+
+
+_NOW = re.compile(rb"^now=([0-9.]+)$", re.M)
+_PS_LINE = re.compile(rb"^([ \t]*\d+[ \t]+)(\d+)([ \t])", re.M)  # `ps -o pid=,etimes=,args=`
+
+
+def moved_on(sections: Sections, seconds: float) -> Sections:
+    """The same probe read `seconds` later on the remote clock, as if nothing had changed since: the log,
+    its writer and its lines as they were, only `now` later (what would runbot say if the run froze?)."""
+    meta = sections.parts.get("meta")
+    if not seconds or meta is None or not (m := _NOW.search(meta)):
+        return sections
+    later = f"now={float(m[1]) + seconds:.6f}".encode()
+    parts = {**sections.parts, "meta": meta[:m.start()] + later + meta[m.end():]}
+    for name in ("writers", "procs"):  # the processes it saw have been up that much longer
+        if name in parts:
+            parts[name] = _PS_LINE.sub(lambda p: p[1] + str(int(p[2]) + int(seconds)).encode() + p[3], parts[name])
+    return Sections(parts)

@@ -12,7 +12,7 @@ from typing import Callable, Protocol
 
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
-from bot.core.sections import split_sections
+from bot.core.sections import moved_on, split_sections
 from bot.probe.script import ProbeTarget, build_script
 from bot.probe.runners import RunResult, Runner
 from bot.core.verdict import Verdict
@@ -28,11 +28,13 @@ class CheckableRun(RunPolicy, ProbeTarget, Protocol):
     """A configured run: what both the probe and the diagnosis need."""
 
 
-def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previous: Verdict | None = None) -> Verdict:
-    """Turn a finished probe into a verdict (pure; tests replay captured probe output through it)."""
+def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previous: Verdict | None = None, *,
+                        later: float = 0.0) -> Verdict:
+    """Turn a finished probe into a verdict (pure; replays and tests run captured probes through it).
+    `later`: read it that many seconds on, as if the run had frozen since."""
     if result.failure:
         return unreachable(run, result.failure, result.failure_kind)
-    sections = split_sections(result.stdout, nonce)
+    sections = moved_on(split_sections(result.stdout, nonce), later)
     if "meta" not in sections.parts:
         err = result.stderr.decode("utf-8", "replace").strip().splitlines()
         why = err[-1] if err else f"exit status {result.exit_status}"
