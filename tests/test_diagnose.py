@@ -248,3 +248,12 @@ def test_a_loop_that_opens_its_log_per_write_is_alive_while_its_process_works_th
     # A shell or an editor in the folder is not a training loop.
     v = diagnose(evidence(TEN_STEPS, age=30, writers=NOBODY, near=((77, 9, "vim notes.txt"),)), Run())
     assert v.phase is Phase.STOPPED
+
+
+def test_a_bar_that_never_ends_its_line_is_read_from_the_end():
+    """50 MB of `\\r`-frames and no newline: the window starts inside the one line; its frames are whole."""
+    frames = "".join(f"\r{n * 100 // 900000:3d}%|#         | {n}/900000 [1:02:03<9:00:00,  2.99it/s, loss=2.{n % 97:02d}]"
+                     for n in range(1, 60001))
+    v = diagnose(evidence("Loading checkpoint shards: 100%|##| 4/4 [00:03<00:00,  1.10it/s]\n" + frames), Run())
+    assert v.phase is Phase.TRAINING and v.step is not None and v.step.step == 60000, v.headline
+    assert v.headline.startswith("step 60000/900000 · 2.99 it/s · loss 2."), v.headline

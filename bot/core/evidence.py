@@ -288,12 +288,16 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     meta = _key_values(sections.text("meta", 4096))
     log = _log_file(log_path, meta)
     window = _unescape_syslog(sections.text("window"))
+    truncated = bool(log.size and log.size > len(sections.get("window") or b""))
+    if truncated:
+        # The window starts somewhere in a line: drop that part. In a bar that never ends its line (50 MB
+        # of \r-frames) only the first frame is cut; the frames after it are whole.
+        cut = window.find("\n")
+        cut = cut if cut >= 0 else window.find("\r")
+        window = window[cut + 1:] if cut >= 0 else ""
     raw_lines = window.split("\n")
     lines = collapse_frames(window)
     raw_lines = raw_lines[: len(lines)]
-    truncated = bool(log.size and log.size > len(sections.get("window") or b""))
-    if truncated and lines:
-        lines, raw_lines = lines[1:], raw_lines[1:]  # the first line is cut somewhere in the middle
     stamps = [line_time(x) for x in lines]
     earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
     bars = _bars(raw_lines, lines)

@@ -92,11 +92,16 @@ def number(text: str) -> float | None:
         return None
 
 
-def fields(text: str) -> list[Field]:
+MAX_FIELDS = 100  # a progress line names a few dozen numbers at most; a dump of thousands is no such line
+
+
+def fields(text: str, limit: int = MAX_FIELDS) -> list[Field]:
     """Every number in a line with the key phrase before it: `step=10`, `'loss': '2.3'`, `| lm loss: 7.4E+00 |`,
-    `iter 10:`, `s:10000 trl:3.38`, `Epoch [1][659/742]`, `41.3k tok/s`."""
-    out = []
+    `iter 10:`, `s:10000 trl:3.38`, `Epoch [1][659/742]`, `41.3k tok/s` — the first `limit` of them."""
+    out: list[Field] = []
     for m in _NUMBER.finditer(text):
+        if len(out) >= limit:
+            break
         if m["clock"]:
             parts = [float(p) for p in m["clock"].split(":")]
             seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))

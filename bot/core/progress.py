@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from bot.core.bars import Bar
 from bot.core.facts import Step
 from bot.core.grammar import (
+    MAX_FIELDS,
     RATE_KEY_PATTERNS,
     RATE_PREFERENCE,
     EPOCH_KEYS,
@@ -30,6 +31,7 @@ from bot.core.grammar import (
 )
 
 KEPT_STEPS = 8  # enough for the rate, the loss, NaN's onset and a learned step interval
+READ_PER_TEMPLATE = 48  # lines of one template read closely: several epochs of a counter that restarts each epoch
 # Lines that carry numbers but are not a loop's progress: tracebacks and code quoted in them,
 # config dumps (`learning_rate .......... 0.0001`, `--max_steps 1000`), launcher arguments.
 _NOT_PROGRESS = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception|raise |return |[\w.]+\()'
@@ -41,7 +43,7 @@ _EVAL_TEMPLATE = re.compile(r"(?i)\b(?:eval\w*|valid\w*|test(?:ing)?|inference)\
 END_METRICS = re.compile(r"(?i)['\"]?train_runtime['\"]?\s*[:=]|train_samples_per_second|Overall training speed")
 _STEP_PREFERENCE = {k: i for i, k in enumerate(STEP_KEYS)}
 # A tqdm or Keras frame: read by bot.core.bars, whose role (loading, evaluating, the loop…) decides.
-_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d/\d+[ \t]+\[[=>.]{5,}\]|\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
+_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d/\d+[ \t]+\[[=>.]{5,}\]|(?<!\d)\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
 _METRIC_WORDS = re.compile(r"loss|lr|learning|norm|acc|ppl|perplexity|mfu|flops|tok|time|elapsed|eta|speed|throughput|reward|"
                            r"grad|score|map|miou|dice|bleu|psnr|error|err\b|kl|entropy", re.I)
 
@@ -111,8 +113,8 @@ def _candidate(index: int, raw: str) -> _Line | None:
     text = clean(raw)
     if len(text) > 2000 or not any(c.isdigit() for c in text) or _NOT_PROGRESS.search(text) or _IS_BAR.search(text):
         return None
-    fs = tuple(fields(text))
-    if not fs:
+    fs = tuple(fields(text, MAX_FIELDS + 1))
+    if not fs or len(fs) > MAX_FIELDS:
         return None
     has_counter = any(_counter(f) for f in fs) or _epoch_field(fs) is not None
     has_loss = any(is_loss_key(f.key) for f in fs)
@@ -275,10 +277,17 @@ def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier
 
 
 def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None]) -> tuple[Step, ...]:
-    groups: dict[str, list[_Line]] = defaultdict(list)
+    # Lines grouped by template first (cheap), and only each template's last lines read field by field:
+    # the latest series is what counts, and a 64 KiB window of step lines holds some 1300 of them.
+    by_template: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for index, text in numbered:
-        if (c := _candidate(index, text)) is not None and not END_METRICS.search(text):
-            groups[c.template].append(c)
+        if any(c.isdigit() for c in text):
+            by_template[template(clean(text))].append((index, text))
+    groups: dict[str, list[_Line]] = defaultdict(list)
+    for items in by_template.values():
+        for index, text in items[-READ_PER_TEMPLATE:]:
+            if (c := _candidate(index, text)) is not None and not END_METRICS.search(text):
+                groups[c.template].append(c)
     # (rank, last index, group, counter): a template that recurs with a counter is a loop; one line
     # alone, or lines with a loss but no counter (HF's dicts), only when nothing better is there.
     ranked: list[tuple[int, int, list[_Line], int | None]] = []
