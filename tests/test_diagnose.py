@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.core.diagnose import diagnose, learned_threshold
-from bot.core.facts import Step
+from bot.core.facts import Crash, Kind, Step
+from bot.core.stages import words
 from bot.core.verdict import Concern, Level, Phase, Worry
 from bot.render.facts import Row, rows as fact_rows
 from tests.builders import KEY_BODY, evidence, gpu_section
@@ -257,3 +258,15 @@ def test_a_bar_that_never_ends_its_line_is_read_from_the_end():
     v = diagnose(evidence("Loading checkpoint shards: 100%|##| 4/4 [00:03<00:00,  1.10it/s]\n" + frames), Run())
     assert v.phase is Phase.TRAINING and v.step is not None and v.step.step == 60000, v.headline
     assert v.headline.startswith("step 60000/900000 · 2.99 it/s · loss 2."), v.headline
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_no_internal_word_reaches_the_headline(kind):
+    """A crash with no exception and no message of its own is said in words, never as `nccl_timeout`."""
+    text = words.crash(Crash(kind, None, ""))
+    assert "_" not in text and text != kind.value or kind.value in ("killed", "cancelled", "interrupted"), text
+
+
+def test_a_launchers_exit_code_names_the_launchers_words():
+    text = words.crash(Crash(Kind.CHILD_FAILED, "launcher", "", rank=2, exit_code=-9))
+    assert text == "rank 2 exited with return code -9 (SIGKILL)"

@@ -34,7 +34,7 @@ _Q = r"\d+(?:\.\d+)?(?:[kKMGTPEZY]i?)?"
 # tqdm: `{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{postfix}]`, found anywhere in a
 # text (the search index and some loggers glue frames together without their \r).
 _TQDM = re.compile(
-    rf"(?:(?P<desc>[^\r\n|]{{0,160}}?):[ \t]*)?(?:(?P<pct>\d{{1,3}})%)?\|(?P<bar>[^|\n]{{0,200}})\|[ \t]*(?P<n>{_Q})/(?P<total>{_Q}|\?)"
+    rf"(?:(?P<desc>[^\r\n|]{{0,160}}?):[ \t]*)?(?:(?P<pct>\d{{1,3}})%)?\|(?P<bar>[^|\nA-Za-z]{{0,200}})\|[ \t]*(?P<n>{_Q})/(?P<total>{_Q}|\?)"
     r"(?:[ \t]*\[(?P<el>[^<,\]\n]{0,20})(?:<(?P<rem>[^,\]\n]{0,20}))?(?:,[ \t]*(?P<rate>[^,\]\n]{0,40}))?"
     r"(?P<post>,[^\]\n]{0,400})?\])?"
 )
@@ -42,6 +42,13 @@ _TQDM = re.compile(
 _TQDM_OPEN = re.compile(
     rf"(?:(?P<desc>[^\r\n|\[\]]{{0,160}}?):[ \t:]*)?(?P<n>{_Q})[ \t]?(?P<unit>[A-Za-z ]{{0,40}})\[(?P<el>\d+:\d\d(?::\d\d)?),[ \t]*"
     r"(?P<rate>(?:\?|[\d.]+[ \t]?[kMG]?)[ \t]?[A-Za-z ]{0,40}/s|[\d.]+s/[A-Za-z ]{1,40})(?P<post>,[^\]\n]{0,400})?\]"
+)
+# A bar_format with words between the percentage and the counts (vLLM: `Loading safetensors checkpoint shards:
+# 71% Completed | 12/17 [01:21<00:36,  7.20s/it]`).
+_TQDM_WORDS = re.compile(
+    rf"(?P<desc>[^\r\n|\[\]]{{1,160}}?):[ \t]*(?P<pct>\d{{1,3}})%[ \t]+[A-Za-z][A-Za-z ]{{0,30}}?[ \t]*\\?\|[ \t]*"
+    rf"(?P<n>{_Q})/(?P<total>{_Q})[ \t]*\[(?P<el>[^<,\]\n]{{0,20}})(?:<(?P<rem>[^,\]\n]{{0,20}}))?"
+    r"(?:,[ \t]*(?P<rate>[^,\]\n]{0,40}))?(?P<post>,[^\]\n]{0,400})?\]"
 )
 # Lightning's rich bar, rendered once into a file: `Epoch 2/2  ━━━━━━ 50/50 0:00:05 • 0:00:00 9.41it/s train_loss: 8.081`
 _RICH = re.compile(r"(?P<desc>Epoch[ \t]+\d+(?:/\d+)?|Validation|Sanity Checking|Testing|Predicting)[ \t]+[━╸╺╾╼─ -]*[ \t]"
@@ -97,8 +104,16 @@ def role_of(desc: str) -> Role:
     return next((role for role, words in _ROLES if words.search(text)), Role.OTHER)
 
 
-def _role(desc: str, postfix: str) -> Role:
-    """A bar that carries a loss is a training loop's, whatever its description says (torchtune: `1|100|Loss: 2.3:`)."""
+_BYTES_RATE = re.compile(r"(?i)^[\d.]+[ \t]?(?:[kMGT]i?)?B/s$")
+
+
+def _role(desc: str, postfix: str, rate: str | None = None) -> Role:
+    """A bar that carries a loss is a training loop's, whatever its description says (torchtune: `1|100|Loss: 2.3:`);
+    one that moves bytes (`12.3kB/s`) is a transfer, whatever file it names (`training_args.bin`)."""
+    if rate and _BYTES_RATE.match(rate.strip()):
+        if re.search(r"(?i)upload|push|sav|writ|export", desc):
+            return Role.SAVING
+        return Role.LOADING if re.search(r"(?i)download|fetch|load|pull|get", desc) else Role.OTHER
     role = role_of(desc)
     if role is Role.OTHER and not re.search(r"(?i)val|eval|test", desc) and (
             re.search(r"(?i)loss", f"{desc} {postfix}") or _METRICS_DESC.search(desc)):
@@ -127,10 +142,10 @@ def frames(text: str, *, nested: bool = False) -> list[Bar]:
         if rate and "=" in rate:  # no rate shown (NeMo): the first postfix item sits where the rate would
             rate, post = None, f"{rate}, {post}".strip(", ")
         out.append(Bar(desc, int(m["pct"]) if m["pct"] else None, count(m["n"]), count(m["total"]), _known(rate), _known(m["el"]),
-                       _known(m["rem"]), post, nested, _role(desc, post), m[0].strip(), m.start(), m.end()))
+                       _known(m["rem"]), post, nested, _role(desc, post, rate), m[0].strip(), m.start(), m.end()))
     if out:
         return out
-    for pattern in (_TQDM_OPEN, _RICH, _KERAS):
+    for pattern in (_TQDM_WORDS, _TQDM_OPEN, _RICH, _KERAS):
         for m in pattern.finditer(text):
             groups = m.groupdict()
             desc = _desc(groups.get("desc"))
@@ -139,7 +154,7 @@ def frames(text: str, *, nested: bool = False) -> list[Bar]:
             pct = round(100 * n / total) if n is not None and total else None
             out.append(Bar(desc, pct, n, total, _known(groups.get("rate")), _known(groups.get("el")),
                            _known(groups.get("rem")), (groups.get("post") or "").strip(", -"), nested,
-                           Role.TRAINING if pattern is _KERAS else _role(desc, groups.get("post") or ""),
+                           Role.TRAINING if pattern is _KERAS else _role(desc, groups.get("post") or "", groups.get("rate")),
                            m[0].strip(), m.start(), m.end()))
         if out:
             return out

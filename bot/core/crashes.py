@@ -18,6 +18,9 @@ _EXC_WORD = re.compile(r"(?i)error|exception|interrupt|exit|timeout|iteration|wa
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _THREAD = re.compile(r"^Exception in thread (.+?):[ \t]*$")
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
+_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds?")
+# srun's report of a task's end: `srun: error: node12: task 6: Aborted`
+_SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? ([\d,-]+): (Aborted|Killed|Segmentation fault|Bus error|Exited with exit code (\d+))")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
 _KILLED = re.compile(r"(?i)^Killed(?::? 9)?[ \t]*$|^\S.*?:[ \t]+(?:line[ \t]+)?\d+:[ \t]+(?:\d+[ \t]+)?Killed\b"
                      r"|^\w+: killed[ \t]|oom[_-]kill|\bOut of memory: Killed process")
@@ -165,6 +168,18 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     """Fatal text that is not a traceback: kills, signals, assertions, a scheduler's cancel, launchers' exits."""
     if _WATCHDOG.search(text):
         return Crash(Kind.NCCL_TIMEOUT, None, _watchdog_message(text), rank=_rank_in(text, rank), line_index=i)
+    if m := _STUCK.search(text):
+        return Crash(Kind.HANG, None, f"NCCL watchdog stuck for {m[1]} s (a collective or CUDA call hangs)",
+                     rank=_rank_in(text, rank), line_index=i)
+    if m := _SRUN_TASK.search(text):
+        task = int(m[1]) if m[1].isdigit() else rank
+        code = int(m[3]) if m[3] else None
+        if code == 0:
+            return None
+        what = m[2] if code is None else f"exit code {code}"
+        return Crash(Kind.CHILD_FAILED, "launcher", "", rank=task, exit_code=code if code is not None else
+                     {"Aborted": -6, "Killed": -9, "Segmentation fault": -11, "Bus error": -7}[m[2]],
+                     signal_hint=_SIGNALS.get(9) if what == "Killed" else None, line_index=i)
     if m := _TERMINATE.search(text):  # C++ abort: no Python traceback follows
         what = next((w for t in following[:3] if (w := t.partition("what():")[2])), "")
         kind = _exc_kind(m[1], what)
@@ -220,8 +235,11 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
     mode, since = "idle", 0
     threads: list[tuple[str, int]] = []  # `Exception in thread X:` lines waiting for their traceback (FIFO)
     texts = [e[2] for e in entries]
+    frame_at = -10  # the last `  File "…", line N` frame seen: a traceback whose header fell before the window
     for pos, (i, rank, text) in enumerate(entries):
         bare = text.lstrip(" +|│╭─")
+        if bare.startswith('File "') and text[:1] in " \t":
+            frame_at = pos
         if _HEADER in text and bare.startswith(("Traceback", "Exception Group Traceback")):
             chained = mode == "chain" and tbs and tbs[-1].closed
             if chained:
@@ -264,8 +282,9 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
             same = crashes and crashes[-1].kind == crash.kind and i - crashes[-1].line_index <= 20
             if not (same and crash.kind in (Kind.KILLED, Kind.SEGFAULT, Kind.ASSERT, Kind.FATAL)):  # one event, many lines
                 crashes.append(crash)
-        elif mode == "idle" and (exc := _exception(text)) and _exc_kind(*exc) is not Kind.TRACEBACK:
-            # the exception line of a traceback whose start fell before the scanned window
+        elif mode == "idle" and (exc := _exception(text)) and (_exc_kind(*exc) is not Kind.TRACEBACK or pos - frame_at <= 3):
+            # the exception line of a traceback whose start fell before the scanned window (its kind says
+            # so, or the frames above it do)
             if exc[0].endswith("ChildFailedError"):
                 crashes.append(_child_failed(texts[pos + 1: pos + 80], i))
             else:
@@ -278,7 +297,7 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
 # common case, a window of step lines, skip the line-by-line scan: it was half a probe's Python
 # time, and the watchdog parses hundreds of probes a sweep. Plain substring tests on the
 # lower-cased text: a case-insensitive regex alternation took 11 ms on a 64 KiB window.
-_CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "terminate called", "kill", "segmentation fault",
+_CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdog got stuck", "srun: error", "terminate called", "kill", "segmentation fault",
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt")
@@ -307,5 +326,19 @@ def find_crashes(lines: Sequence[str]) -> list[Crash]:
         if key is None or key not in seen:
             unique.append(c)
             seen.add(key)
-    return unique
+    return [_named(c, lines) for c in unique]
+
+
+_BARE_EXCEPTION = re.compile(r"^[A-Z]\w*(?:Error|Exception)$")
+
+
+def _named(c: Crash, lines: Sequence[str]) -> Crash:
+    """A traceback cut before its exception line (a paste, a full disk) takes the bare exception name Python
+    printed just before it, when it could not print more (`MemoryError`)."""
+    if c.kind is not Kind.TRACEBACK or c.exc_type is not None:
+        return c
+    for text in reversed(lines[max(0, c.line_index - 8):c.line_index]):
+        if _BARE_EXCEPTION.match(name := split_rank_prefix(text.strip())[1].strip()):
+            return replace(c, exc_type=name)
+    return c
 

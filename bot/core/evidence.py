@@ -13,7 +13,7 @@ from bot.core.facts import Crash, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
 from bot.core.grammar import last_frame, line_time, split_rank_prefix
 from bot.core.markers import Mark, Marker, find_markers
-from bot.core.progress import bar_step, recognise
+from bot.core.progress import bar_step, recognise, table_header, table_step
 from bot.core.redact import printable
 from bot.core.sections import LINE_CAP, Sections
 
@@ -170,12 +170,13 @@ def _bars(raw_lines: Sequence[str], lines: Sequence[str]) -> tuple[BarLine, ...]
         found = frames(own, nested=bool(_NESTED.search(raw_lines[i][-400:])))
         if found:
             after = own[found[-1].end:].strip()
-            out.append(BarLine(i, found[-1], after if _GLUED.search(after) else ""))
-    return tuple(_place(out))
+            out.append(BarLine(i, found[-1], after if _GLUED.search(after) and not _ASIDE.fullmatch(after) else ""))
+    return tuple(_place(_table_rows(out, lines)))
 
 
 # Text after a bar that is a message of its own, not the bar's padding or a stray character.
 _GLUED = re.compile(r"[A-Za-z]{3,}.*\d|\d.*[A-Za-z]{3,}")
+_ASIDE = re.compile(r"\[[^\]]*\]|\([^)]*\)")  # an annotation, not a message: Ray's `[repeated 15x across cluster]`
 
 
 def _reading_lines(lines: Sequence[str], bars: Sequence[BarLine]) -> list[str]:
@@ -185,6 +186,22 @@ def _reading_lines(lines: Sequence[str], bars: Sequence[BarLine]) -> list[str]:
     for b in bars:
         if b.after:
             out[b.index] = b.after
+    return out
+
+
+def _table_rows(bars: list[BarLine], lines: Sequence[str]) -> list[BarLine]:
+    """Bars whose description is a row of the window's epoch table are the loop's (YOLO's epoch bars); the
+    bar under the same table that names metrics (`Class Images … mAP50-95`) is its validation."""
+    header = next((h for x in reversed(lines) if (h := table_header(x))), None)
+    if header is None:
+        return bars
+    out = []
+    for b in bars:
+        if table_step(b.bar, header, b.index) is not None:
+            b = replace(b, bar=replace(b.bar, role=Role.TRAINING))
+        elif re.search(r"\bmAP|\bClass[ \t]+Images\b", b.bar.desc):
+            b = replace(b, bar=replace(b.bar, role=Role.EVALUATING))
+        out.append(b)
     return out
 
 
@@ -217,7 +234,9 @@ def _progress(lines: Sequence[str], stamps: Sequence[float | None], earlier: Seq
     loop = [b for b in bars if b.bar.role is Role.TRAINING and not b.bar.nested]
     if not loop:
         return steps
-    frames_ = tuple(_with_epoch_header(bar_step(b.bar, b.index), lines) for b in loop[-8:])
+    header = next((h for x in reversed(lines) if (h := table_header(x))), None)
+    frames_ = tuple((header and table_step(b.bar, header, b.index)) or _with_epoch_header(bar_step(b.bar, b.index), lines)
+                    for b in loop[-8:])
     if not steps:
         return frames_
     # Both: the later one leads, the other fills in what it lacks (HF: the bar counts, the dicts carry

@@ -44,6 +44,8 @@ class Kind(str, enum.Enum):
     ASSERT = "assert"  # a CUDA kernel's device-side assertion
     FATAL = "fatal"  # Floating point exception, Bus error, Aborted, Illegal instruction
     CANCELLED = "cancelled"  # the job scheduler ended it (SLURM time limit, preemption)
+    HANG = "hang"  # the run says it is stuck (NCCL's heartbeat monitor): hung while alive, crashed once gone
+    LOGGED = "logged"  # an ERROR-level log line was the run's last word before it exited
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,10 @@ def strip_stamp(text: str) -> str:
 
 # --- prefixes and frames --------------------------------------------------------------------
 
-RANK_PREFIX = re.compile(r"^[ \t]*(?:\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:|\[(\d+),mpirank:\d+[^\]]*\]<std(?:out|err)>:) ?")
+# torchrun (`[rank3]:`, `[default0]:`), mpirun (`[1,3]<stderr>:`, SageMaker's `[1,mpirank:0,algo-1]<stdout>:`)
+# and srun --label (`6: `, only before a bracket: a bare "6: " may be a list).
+RANK_PREFIX = re.compile(r"^[ \t]*(?:\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:"
+                         r"|\[(\d+),mpirank:\d+[^\]]*\]<std(?:out|err)>:|(\d{1,5}): (?=\[)) ?")
 # pdsh: "v100x16-2: …", "192.168.205.202: …", "localhost: …" (lower case: `torch.OutOfMemoryError: …` is no host)
 _HOST_PREFIX = re.compile(r"^[ \t]*(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][a-z0-9-]{0,30}\d[a-z0-9-]*(?:\.[a-z0-9-]+)*):(?: (?=\S)|[ \t]*$)")
 
@@ -222,7 +225,7 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """Strip torchrun (`[rank3]:`, `[default0]:`) and mpirun (`[1,3]<stderr>:`) line prefixes."""
     rank = None
     while m := RANK_PREFIX.match(text):
-        value = m[1] or m[2] or m[3]
+        value = m[1] or m[2] or m[3] or m[4]
         rank = int(value) if rank is None and len(value) < 7 else rank
         text = text[m.end():]
     return rank, text
@@ -237,7 +240,7 @@ def strip_host_prefix(text: str) -> str:
 # What loggers put before the words: "[INFO] [file.py:21:save]", "fvcore.common.checkpoint INFO:",
 # "root - INFO - ", "INFO:root:", "megatron.training | INFO |", Megatron's " > " bullets.
 _LOGGER = re.compile(
-    r"^(?:\[[^\]]{0,80}\][ \t]*){1,3}(?:[\w./-]+:\d+(?::\w+)?\]?[ \t]*(?:>>|-)?[ \t]*)?"
+    r"^(?:\[[^\]]{0,80}\][ \t]*){1,3}(?:[\w./-]+:\d+(?::\w+)?\]?[ \t]*(?:>>|-)?[ \t]*|-[ \t]+)?"
     r"|^[\w.]+(?: +\w+)? +\|[^|]*\|[ \t]*[\w.:]+ - "
     r"|^(?:[\w.]+[ \t]+(?:-[ \t]+)?)?(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b(?::[\w.]+:|[ \t]*[:|-][ \t]*|[ \t]+)"
     r"|^[ \t]*>+[ \t]+")

@@ -53,7 +53,7 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
     """How a run ended, in its own words, short: "max_steps=400000 reached", "8 processes exited successfully"."""
     if _DS_EXITS.search(marker.text):
         n = sum(1 for x in lines if _DS_EXITS.search(x))
-        return f"{n} process{'es' if n != 1 else ''} exited successfully"
+        return _DS_EXITS.search(marker.text)[0] if n == 1 else f"{n} processes exited successfully"
     text = message(marker.text)
     if runtime := _TRAIN_RUNTIME.search(text):  # HF Trainer's final metrics dict: say what it means
         loss = _TRAIN_LOSS.search(text)

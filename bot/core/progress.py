@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from bot.core.bars import Bar
 from bot.core.facts import Step
 from bot.core.grammar import (
+    number,
     MAX_FIELDS,
     RATE_KEY_PATTERNS,
     RATE_PREFERENCE,
@@ -35,7 +36,7 @@ READ_PER_TEMPLATE = 48  # lines of one template read closely: several epochs of 
 # Lines that carry numbers but are not a loop's progress: tracebacks and code quoted in them,
 # config dumps (`learning_rate .......... 0.0001`, `--max_steps 1000`), launcher arguments.
 _NOT_PROGRESS = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception|raise |return |[\w.]+\()'
-                           r"|\.{4,}|^[ \t]*--?[\w-]+[ \t=]|\b(?:argv|args|cmd|config|Namespace)\b[ \t]*[=:(]"
+                           r"|\w\.{4,}|^[ \t]*--?[\w-]+[ \t=]|\b(?:argv|args|cmd|config|Namespace)\b[ \t]*[=:(]"
                            r"|^[\w.]*(?:Error|Exception|Warning)\b:|warnings?\.warn|\bwarn(?:ing)?:|^[ \t]*\w+ = ", re.I)
 # Templates of evaluation passes and summaries: their numbers are results, not the loop's counter.
 _EVAL_TEMPLATE = re.compile(r"(?i)\b(?:eval\w*|valid\w*|test(?:ing)?|inference)\b")
@@ -43,7 +44,7 @@ _EVAL_TEMPLATE = re.compile(r"(?i)\b(?:eval\w*|valid\w*|test(?:ing)?|inference)\
 END_METRICS = re.compile(r"(?i)['\"]?train_runtime['\"]?\s*[:=]|train_samples_per_second|Overall training speed")
 _STEP_PREFERENCE = {k: i for i, k in enumerate(STEP_KEYS)}
 # A tqdm or Keras frame: read by bot.core.bars, whose role (loading, evaluating, the loop…) decides.
-_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d/\d+[ \t]+\[[=>.]{5,}\]|(?<!\d)\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
+_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d%[ \t]+[A-Za-z][A-Za-z ]{0,30}\\?\|[ \t]*\d+/\d+[ \t]*\[|\d/\d+[ \t]+\[[=>.]{5,}\]|(?<!\d)\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
 _METRIC_WORDS = re.compile(r"loss|lr|learning|norm|acc|ppl|perplexity|mfu|flops|tok|time|elapsed|eta|speed|throughput|reward|"
                            r"grad|score|map|miou|dice|bleu|psnr|error|err\b|kl|entropy", re.I)
 
@@ -365,4 +366,27 @@ def final_count(lines: Sequence[str], step: Step) -> Step:
             if f.key == step.counter and f.is_int and f.finite and best < f.value and (step.total is None or f.value <= step.total):
                 best = int(f.value)
     return replace(step, step=best) if best != step.step else step
+
+
+# A table's header row: column names only, one of them the epoch (YOLOv5/v8, ultralytics:
+# `Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size`).
+_HEADER_ROW = re.compile(r"^[ \t]*Epoch(?:[ \t]+[A-Za-z][\w()@.%/-]*){2,}[ \t]*$")
+
+
+def table_header(line: str) -> list[str] | None:
+    return line.split() if _HEADER_ROW.match(line) else None
+
+
+def table_step(bar: Bar, header: Sequence[str], index: int) -> Step | None:
+    """A bar whose description is a row under a header (`72/1000  6.73G  1.096 …  640: 100%|…| 16/16`): the
+    epoch of epochs from its first column, the loss from the first loss column, the batch from the bar."""
+    cells = bar.desc.split()
+    if len(cells) != len(header) or not (m := re.fullmatch(r"(\d+)/(\d+)", cells[0])):
+        return None
+    losses = [c for h, c in zip(header, cells) if "loss" in h.lower()] or [c for h, c in zip(header, cells) if h.lower() == "box"]
+    loss = number(losses[0]) if losses else None
+    rate, unit = _rate(fields(bar.rate or "")) if bar.rate else (None, None)
+    return Step(line=bar.frame, step=bar.n, total=bar.total, loss=loss, rate=rate, rate_unit=unit, epoch=float(m[1]),
+                epoch_total=int(m[2]), counter="batch", loss_key="loss" if loss is not None else None, index=index,
+                fmt="bar")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from bot.core.bars import Bar, Role
 from bot.core.evidence import BarLine, Evidence
-from bot.core.facts import Crash, Step
+from bot.core.facts import Crash, Kind, Step
 from bot.core.grammar import message, template
 from bot.core.markers import Mark, Marker
 from bot.core.verdict import Phase
@@ -73,9 +73,9 @@ def _restarted(ev: Evidence, crash: Crash) -> bool:
         return True
     if ev.window_truncated:
         return False  # the window's first lines are then no run's start
-    first_error = min((c.line_index for c in ev.crashes), default=crash.line_index)
-    # Compared without launcher and host prefixes: pdsh's bare "192.168.205.202: " lines are no start-up.
-    opening = [template(x) for x in ev.lines[:first_error] if message(x) and not _NOISE.search(x)][:4]
+    # The window's first lines that are no error's (a window may open on an earlier attempt's traceback);
+    # pdsh's bare "192.168.205.202: " lines are no start-up either.
+    opening = [template(x) for x in ev.lines[:crash.line_index] if message(x) and not _NOISE.search(x)][:4]
     after = [template(x) for x in ev.lines[later:] if message(x)]
     # The window's own first lines, printed again in their order after the error.
     found, k = 0, 0
@@ -136,7 +136,13 @@ def last_result(ev: Evidence, step: Step | None) -> str | None:
 
 
 def _reached(step: Step | None) -> bool:
-    return step is not None and step.total is not None and step.step is not None and step.step >= step.total > 1
+    """The loop's counter at its total. A counter that restarts each epoch (`Epoch 54: 2950/2950`) at its
+    total ends an epoch, not the run: that takes the last epoch, where the line says which one is last."""
+    if step is None or step.total is None or step.step is None or not step.step >= step.total > 1:
+        return False
+    if step.counter == "batch" and step.epoch is not None:
+        return step.epoch_total is not None and step.epoch >= step.epoch_total - 1
+    return True
 
 
 def activity(ev: Evidence) -> Doing:
@@ -158,7 +164,9 @@ def activity(ev: Evidence) -> Doing:
     base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step)}
     if crash is not None:
         return Doing(Phase.CRASHED, crash=crash, **base)
-    bars = [b for b in ev.bars if b.index > at and (b.bar.role is not Role.TRAINING or b.bar.nested) and not b.after]
+    # An evaluation bar at its total is an evaluation done: the loop goes on (YOLO's per-epoch validation).
+    bars = [b for b in ev.bars if b.index > at and (b.bar.role is not Role.TRAINING or b.bar.nested) and not b.after
+            and not (b.bar.role is Role.EVALUATING and b.bar.finished)]
     bar = bars[-1] if bars else None
     marker = _open_marker(ev, at)
     # An end, unless the run went on after it (HF's final evaluation after `Training completed`); the final
@@ -178,6 +186,21 @@ def activity(ev: Evidence) -> Doing:
     if _LIGHTNING.search(text) and _RICH_TABLE.search(text):
         return Doing(Phase.TRAINING, no_file_progress=True, **base)
     return Doing(Phase.STARTING, **base)
+
+
+_LOGGED_ERROR = re.compile(r"\[(?:ERROR|CRITICAL|FATAL)\]|(?:^|[ \t|\]])(?:ERROR|CRITICAL|FATAL)(?:[ \t]*[:|\]-]|[ \t]+\S)")
+
+
+def logged_error(ev: Evidence, step: Step | None) -> Crash | None:
+    """An ERROR-level log line among the last words of a run that exited with no traceback (Hydra's `Error
+    executing job`, a logger's `[ERROR] - …`): why it stopped, in its own words. Only asked of a gone run:
+    while a run lives, an error line is often a hiccup it survives."""
+    at = _position(step)
+    last = [(i, x) for i, x in enumerate(ev.lines) if x.strip() and i > at][-5:]
+    for i, text in reversed(last):
+        if _LOGGED_ERROR.search(text):
+            return Crash(Kind.LOGGED, None, message(text)[:200], line_index=i)
+    return None
 
 
 def bar_of(doing: Doing) -> Bar | None:

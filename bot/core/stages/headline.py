@@ -8,14 +8,14 @@ from collections.abc import Sequence
 
 from bot.core import humanize as hz
 from bot.core.evidence import Evidence
-from bot.core.facts import Process, Step
+from bot.core.facts import Kind, Process, Step
 from bot.core.gpus import GpuReport
 from bot.core.progress import final_count
 from bot.core.stages import findings as fd
 from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
 from bot.core.markers import words as announced
-from bot.core.stages.activity import Doing, last_result, results_after
+from bot.core.stages.activity import Doing, last_result, logged_error, results_after
 from bot.core.stages.freshness import Freshness
 from bot.core.stages.pace import phase_threshold
 from bot.core.stages.schedule import at_schedule_end
@@ -129,6 +129,11 @@ def _so_far(ev: Evidence, index: int) -> str:
     return f" — {hz.duration(took)} so far"
 
 
+def _epochs_to_go(step: Step) -> bool:
+    """The line says more epochs were planned (`72/1000`): an epoch's results are then no end of the run."""
+    return step.epoch_total is not None and step.epoch is not None and step.epoch < step.epoch_total - 1
+
+
 def _concern(found: Found) -> Concern | None:
     return {Finding.NAN_LOSS: Concern(Worry.NAN_LOSS), Finding.THREAD_DIED: Concern(Worry.THREAD_DIED, found.detail),
             Finding.IDLE_ROLE: Concern(Worry.GPU_IDLE, found.detail),
@@ -155,6 +160,11 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         said = [words.finding(f) for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED)]
         return text + "".join(f" · {s}" for s in said)
 
+    if doing.phase is Phase.CRASHED and doing.crash.kind is Kind.HANG and life.alive:
+        # The run says it is stuck; NCCL's monitor may abort it later. Until then it hangs.
+        who = "process alive" if life.life in (Life.ALIVE, Life.NEAR) else "writer not visible to the probe"
+        return verdict(Phase.SILENT, Level.CRIT, f"hung — {words.crash(doing.crash)} {_at(step)}; {who}",
+                       [Concern(Worry.SILENT)], threshold=training_threshold)
     if doing.phase is Phase.CRASHED:
         ending = "process gone" if not life.alive else (
             f"process {writer.pid} still alive (hung after the error?)" if writer else "process still alive?")
@@ -162,7 +172,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
                        [Concern(Worry.CRASHED)])
 
     finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or (
-        step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and results_after(ev, step))))
+        step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and not _epochs_to_go(step)
+        and results_after(ev, step))))
     if finished:
         if step is not None:
             step = final_count(ev.lines, step)
@@ -187,6 +198,9 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
                            f"{words.crash(doing.thread_crash, 60)}")
         return verdict(Phase.FINISHED, Level.OK, with_findings(head))
 
+    if not life.alive and (error := logged_error(ev, step)) is not None:
+        return verdict(Phase.CRASHED, Level.CRIT, f"crashed — {words.crash(error)} {_at(step)}; process gone",
+                       [Concern(Worry.CRASHED)], crash=error)
     if not life.alive:
         if not ev.lines:
             return verdict(Phase.STOPPED, Level.CRIT, "not running — the log is empty and no process writes it",

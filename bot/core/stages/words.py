@@ -7,7 +7,7 @@ import re
 
 from bot.core import humanize as hz
 from bot.core.bars import Bar
-from bot.core.facts import Crash, Step
+from bot.core.facts import Crash, Kind, Step
 from bot.core.verdict import Finding, Found
 
 _SIGNAL_NAMES = {9: "SIGKILL", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
@@ -26,7 +26,9 @@ def _value(x: float | None) -> str:
 def counter(step: Step) -> str:
     """"step 1200/60000", "iteration 8/20", "epoch 3 · batch 450/1000", "epoch 299"."""
     parts = []
-    if step.epoch is not None and (step.step is None or step.counter == "batch" or step.epoch_total):
+    # An epoch-based loop's epoch goes with its step; HF's fractional epoch (0.0833) would only clutter.
+    whole = step.epoch is not None and step.epoch == int(step.epoch)
+    if step.epoch is not None and (step.step is None or step.counter == "batch" or step.epoch_total or whole):
         epoch = f"epoch {hz.number(step.epoch)}" + (f"/{step.epoch_total}" if step.epoch_total else "")
         parts.append(epoch)
     if step.step is not None:
@@ -68,26 +70,32 @@ def signal(code: int | None) -> str | None:
     return _SIGNAL_NAMES.get(number)
 
 
+# What a crash is, in words, where the log gave no exception or message of its own.
+_KIND_WORDS = {Kind.TRACEBACK: "a Python exception", Kind.OOM: "out of memory", Kind.NCCL_TIMEOUT: "NCCL collective timeout",
+               Kind.NCCL_ERROR: "NCCL error", Kind.CHILD_FAILED: "a worker failed", Kind.KILLED: "killed",
+               Kind.SEGFAULT: "segmentation fault", Kind.SIGNAL: "ended by a signal", Kind.INTERRUPTED: "interrupted",
+               Kind.ASSERT: "a device-side assertion failed", Kind.FATAL: "a fatal error", Kind.CANCELLED: "cancelled",
+               Kind.HANG: "the run reported itself stuck", Kind.LOGGED: "an error was logged"}
+
+
 def crash(c: Crash, limit: int = 90) -> str:
     """What failed, in words: "torch.OutOfMemoryError: CUDA out of memory. …", "rank 1 exited with code 1"."""
-    if c.kind == "child_failed":
+    if c.kind is Kind.CHILD_FAILED:
         who = f"rank {c.rank}" if c.rank is not None else "a worker"
         sig = signal(c.exit_code)
+        if c.exc_type == "launcher":  # DeepSpeed's and others' `exits with return code = 1`
+            return hz.trim(f"{who} exited with return code {c.exit_code}" + (f" ({sig})" if sig else ""), limit)
         code = f"exit code {c.exit_code}" + (f", {sig}" if sig else "")
         hint = f" — {c.signal_hint}" if c.signal_hint and sig in ("SIGKILL", "SIGBUS") else ""
         return hz.trim(f"ChildFailedError: {who} failed ({code}){hint}" if c.exit_code is not None
                        else f"ChildFailedError: {who} failed", limit)
-    if c.kind == "child_failed" and c.exc_type == "launcher":
-        who = f"rank {c.rank}" if c.rank is not None else "a worker"
-        sig = signal(c.exit_code)
-        return hz.trim(f"{who} exited with return code {c.exit_code}" + (f" ({sig})" if sig else ""), limit)
-    if not c.exc_type and c.kind in ("killed", "segfault", "signal", "fatal", "cancelled", "nccl_timeout"):
-        text = c.message or c.kind
-        if c.kind == "killed" and c.signal_hint and "SIGKILL" not in text:
-            text += f" ({c.signal_hint})"
-        return hz.trim(f"rank {c.rank}: {text}" if c.rank is not None else text, limit)
-    head = c.exc_type or c.kind
     who = f"rank {c.rank}: " if c.rank is not None else ""
+    if not c.exc_type:
+        text = c.message or _KIND_WORDS[c.kind]
+        if c.kind is Kind.KILLED and c.signal_hint and "SIGKILL" not in text:
+            text += f" ({c.signal_hint})"
+        return hz.trim(who + text, limit)
+    head = c.exc_type
     text = f"{who}{head}: {first_sentences(c.message, limit - len(head) - len(who))}" if c.message else f"{who}{head}"
     return hz.trim(text, limit)
 
