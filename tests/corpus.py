@@ -7,34 +7,18 @@ import asyncio
 import shutil
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bot.core.verdict import Level, Verdict
 from bot.probe.checkup import check
+from bot.probe.replay import DefaultRun
 from bot.probe.runners import LocalRunner
 from config.durations import parse_duration
 from tests.standins import set_age, writer_holding
 
 LEVELS = {"ok": Level.OK, "note": Level.NOTE, "warn": Level.WARN, "crit": Level.CRIT}
 HUNG_AGE = "15m"  # past silence_after (10m), inside loading_grace (45m): only a training-silence rule fires
-
-
-@dataclass
-class Run:
-    """runbot's defaults, as a user who set nothing gets them."""
-
-    log: str
-    name: str = "corpus"
-    step_pattern: str | None = None
-    gpu_samples: int = 1
-    silence_after: float | None = 600.0
-    loading_grace: float = 2700.0
-    gpus: dict = field(default_factory=dict)
-
-    @property
-    def roles(self):
-        return self.gpus
 
 
 @dataclass(frozen=True)
@@ -93,7 +77,7 @@ async def probe(corpus: Path, moment: Moment, folder: Path) -> Verdict:
     log = folder / "train.log"
     shutil.copyfile(corpus / moment.case / "log", log)
     set_age(log, parse_duration(moment.age, "age"))
-    run = Run(str(log))
+    run = DefaultRun("corpus", str(log))  # runbot's defaults, as a user who set nothing gets them
     if moment.writer == "alive":
         with writer_holding(log):
             set_age(log, parse_duration(moment.age, "age"))

@@ -18,6 +18,7 @@ import pytest
 
 from bot.core.verdict import Level, Phase
 from bot.probe.checkup import check, verdict_from_output
+from bot.probe.replay import DefaultRun
 from bot.probe.runners import LocalRunner, RunResult
 from tests.corpus import judge
 from tests.standins import fake_nvidia_smi, path_with, set_age, writer_holding
@@ -30,20 +31,9 @@ MOVED_ON_S = 15 * 60.0
 FROM_THE_SAVED_PROBE = {"hf/evaluating", "hf/saving"}
 
 
-@dataclass
-class Run:
-    """The device run's configuration (gpu-jobs/runbot.toml): silence_after 20s, loading_grace 10m."""
-
-    log: str
-    name: str = "job"
-    step_pattern: str | None = None
-    gpu_samples: int = 3
-    silence_after: float | None = 20.0
-    loading_grace: float = 600.0
-
-    @property
-    def roles(self):
-        return {"trainer": [0]}
+def run(log: Path) -> DefaultRun:
+    """The device run's configuration (gpu-jobs/runbot.toml)."""
+    return DefaultRun("job", str(log), gpu_samples=3, silence_after=20.0, loading_grace=600.0, gpus={"trainer": [0]})
 
 
 @dataclass(frozen=True)
@@ -86,7 +76,7 @@ def replay(name: str):
     [probe_file] = (JOBS / name / "probe-status").glob("*.probe")
     meta = json.loads(probe_file.with_suffix(".json").read_text())
     result = RunResult(stdout=probe_file.read_bytes(), stderr=b"", exit_status=meta["exit_status"])
-    return verdict_from_output(Run("/tmp/runbot-jobs/capture/logs/" + name.split("/")[0] + "/train.log"), result, meta["nonce"])
+    return verdict_from_output(run(Path("/tmp/runbot-jobs/capture/logs") / name.split("/")[0] / "train.log"), result, meta["nonce"])
 
 
 async def probe(name: str, tmp: Path, later: float = 0.0):
@@ -100,7 +90,7 @@ async def probe(name: str, tmp: Path, later: float = 0.0):
             stack.enter_context(writer_holding(logs / snap.held))
         for file, mtime in snap.mtimes.items():
             set_age(logs / file, snap.clock - mtime + later)
-        return await check(Run(str(logs / "train.log")), LocalRunner(path_with(tmp / "bin")))
+        return await check(run(logs / "train.log"), LocalRunner(path_with(tmp / "bin")))
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,25 +13,16 @@ import pytest
 from bot.probe.checkup import check
 from bot.probe.runners import LocalRunner
 from bot.core.verdict import Phase
+from bot.probe.replay import DefaultRun
 from tests.standins import SHARED_REAL, fake_nvidia_smi, path_with, set_age, writer_holding
 
 OK_LOG = (SHARED_REAL / "train_ok.log").read_bytes()
 OOM_LOG = (SHARED_REAL / "train_oom.log").read_bytes()
 
 
-@dataclass
-class Run:
-    log: str
-    name: str = "dflash"
-    step_pattern: str | None = None
-    gpu_samples: int = 3
-    silence_after: float | None = 600.0
-    loading_grace: float = 2700.0
-    gpus: dict = field(default_factory=lambda: {"target": [0]})
-
-    @property
-    def roles(self):
-        return self.gpus
+def real_run(log: str, **kw) -> DefaultRun:
+    """The real run's configuration: three GPU samples, the target on GPU 0."""
+    return DefaultRun("dflash", log, **{"gpu_samples": 3, "gpus": {"target": [0]}, **kw})
 
 
 @dataclass
@@ -66,7 +57,7 @@ def probe(tmp_path: Path, log_bytes: bytes, age: float, smi_rounds: list[str], *
     set_age(log, age)
     bin_dir = tmp_path / "bin"
     fake_nvidia_smi(bin_dir, smi_rounds)
-    run = Run(str(log), **run_kw)
+    run = real_run(str(log), **run_kw)
     runner = LocalRunner(path_with(bin_dir))
     if alive:
         with writer_holding(log):
@@ -157,6 +148,6 @@ def test_failing_nvidia_smi_is_reported_not_mistaken_for_idle(tmp_path, capture,
     bin_dir = tmp_path / "bin"
     fake_nvidia_smi(bin_dir, [text], rc=int(rc))
     with writer_holding(log):
-        v = asyncio.run(check(Run(str(log)), LocalRunner(path_with(bin_dir))))
+        v = asyncio.run(check(real_run(str(log)), LocalRunner(path_with(bin_dir))))
     assert v.phase is Phase.TRAINING
     assert v.gpu.error and words in v.gpu.error.lower()

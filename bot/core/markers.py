@@ -126,26 +126,16 @@ _WORDS = ("exit", "train", "done", "complet", "finish", "stopped", "sav", "check
           "exit status", "download", "resum", "average forward")
 
 
+# The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save
+# names a checkpoint that loading would claim, an evaluation's results before the evaluation.
+_KINDS = ((Mark.SAVED, _SAVED), (Mark.SAVING, _SAVE), (Mark.EVALUATED, _EVALUATED), (Mark.EVALUATING, _EVAL),
+          (Mark.TRAINING, _TRAIN), (Mark.COMPILING, _COMPILE), (Mark.LOADING, _LOAD), (Mark.PREPARING, _PREPARE))
+
+
 def _kind(text: str) -> Mark | None:
     if _ENDS.search(text) and not _NOT_END.search(text):
         return Mark.ENDED
-    if _SAVED.search(text):
-        return Mark.SAVED
-    if _SAVE.search(text):
-        return Mark.SAVING
-    if _EVALUATED.search(text):
-        return Mark.EVALUATED
-    if _EVAL.search(text):
-        return Mark.EVALUATING
-    if _TRAIN.search(text):
-        return Mark.TRAINING
-    if _COMPILE.search(text):
-        return Mark.COMPILING
-    if _LOAD.search(text):
-        return Mark.LOADING
-    if _PREPARE.search(text):
-        return Mark.PREPARING
-    return None
+    return next((kind for kind, pattern in _KINDS if pattern.search(text)), None)
 
 
 def find_markers(lines: Sequence[str]) -> tuple[Marker, ...]:

@@ -28,8 +28,9 @@ class Capture:
 
 
 @dataclass
-class Unconfigured:
-    """A run the replaying machine does not know (a capture from someone else's cluster): runbot's defaults."""
+class DefaultRun:
+    """A run with runbot's defaults wherever it says nothing: a capture from someone else's cluster, a
+    real log read the way a user who set nothing reads it."""
 
     name: str
     log: str = "(replayed)"
@@ -68,7 +69,7 @@ def replay(captures: Sequence[Capture], runs: Mapping[str, CheckableRun], *, lat
     previous: dict[str, Verdict] = {}
     out = []
     for c in sorted(captures, key=lambda c: (c.saved_at, str(c.path))):
-        run = runs.get(c.run) or Unconfigured(c.run)
+        run = runs.get(c.run) or DefaultRun(c.run)
         verdict = verdict_from_output(run, c.result, c.nonce, previous.get(c.run), later=later)
         previous[c.run] = verdict
         out.append((c, verdict))
