@@ -86,6 +86,12 @@ class Run:
     gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (role, GPU indices), in file order
     users: frozenset[str] | None = None  # None: the global [access] list applies
     channels: frozenset[str] | None = None
+    # Alerts on the numbers (from the run's own history): the rate below slow_below of its recent
+    # baseline for slow_for; a loss spike (off unless asked: noisy on some real curves).
+    slow_below: float = 0.6
+    slow_for: float = 600.0
+    loss_spike: bool = False
+    summary: bool = True  # post an end-of-run summary when it finishes or crashes
 
     @property
     def is_local(self) -> bool:
@@ -112,6 +118,9 @@ class BotConfig:
     max_mute: float = 7 * 86400.0  # /run mute RUN DURATION: the longest a run may be silenced
     flap_window: float = 600.0  # state changes counted over this long to tell a flapping run
     flap_changes: int = 6  # this many in the window: one "flapping" message instead of each change
+    history_full: float = 86400.0  # every point is kept this long
+    history_every: float = 600.0  # then one per this much
+    history_keep: float = 30 * 86400.0  # and nothing older
 
 
 @dataclass(frozen=True)
@@ -255,7 +264,11 @@ class _Parser(Validator):
             out["state_db"] = _state_db(env_state_db, os.getcwd())
         else:
             out["state_db"] = _state_db(out.get("state_db", BotConfig.state_db), self.base)
-        return BotConfig(**out)
+        bot = BotConfig(**out)
+        if not bot.history_every <= bot.history_full <= bot.history_keep:
+            self.fail("bot.history_full", f"history_every ({format_duration(bot.history_every)}) <= history_full "
+                      f"({format_duration(bot.history_full)}) <= history_keep ({format_duration(bot.history_keep)}) must hold")
+        return bot
 
     def host(self, name: str, value: object) -> Host:
         key = dotted("hosts", name)
@@ -345,6 +358,9 @@ _BOT_CHECKS: dict[str, _Check] = {
     "max_mute": _Parser.duration,
     "flap_window": _Parser.duration,
     "flap_changes": lambda p, v, k: p.integer(v, k, 2, 1000),
+    "history_full": _Parser.duration,
+    "history_every": _Parser.duration,
+    "history_keep": _Parser.duration,
 }
 _ACCESS_CHECKS: dict[str, _Check] = {
     "users": _Parser.user_ids,
@@ -374,6 +390,10 @@ _RUN_CHECKS: dict[str, _Check] = {
     "gpus": _Parser.gpus,
     "users": _ACCESS_CHECKS["users"],
     "channels": _ACCESS_CHECKS["channels"],
+    "slow_below": _Parser.fraction,
+    "slow_for": _Parser.duration,
+    "loss_spike": _Parser.boolean,
+    "summary": _Parser.boolean,
 }
 _DEFAULT_CHECKS = {name: check for name, check in _RUN_CHECKS.items() if name != "log"}
 _HOMES = {"bot": _BOT_CHECKS, "access": _ACCESS_CHECKS, "hosts.NAME": _HOST_CHECKS, "runs.NAME": _RUN_CHECKS}

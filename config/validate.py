@@ -90,6 +90,22 @@ class Validator:
             )
         return value
 
+    def boolean(self, value: object, key: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(key, f"must be true or false, not {show(value)}")
+        return value
+
+    def fraction(self, value: object, key: str) -> float:
+        """A share strictly between 0 and 1: 0.6, or "60%"."""
+        if isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                value = float(value.strip()[:-1]) / 100
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            self.fail(key, f"bad {key.rsplit('.', 1)[-1]} {show(value)} (a share between 0 and 1, e.g. 0.6 or \"60%\")")
+        return float(value)
+
     def container(self, value: object, key: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_CT:
             self.fail(

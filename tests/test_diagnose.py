@@ -30,6 +30,9 @@ class Run:
     log: str = "/workspace/train.log"
     silence_after: float | None = 600.0
     loading_grace: float = 2700.0
+    slow_below: float = 0.6
+    slow_for: float = 600.0
+    loss_spike: bool = False
     gpus: dict = field(default_factory=dict)
 
     @property

@@ -28,6 +28,9 @@ class Run:
     gpu_samples: int = 1
     silence_after: float | None = 600.0
     loading_grace: float = 2700.0
+    slow_below: float = 0.6
+    slow_for: float = 600.0
+    loss_spike: bool = False
 
     @property
     def roles(self):

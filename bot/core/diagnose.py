@@ -8,11 +8,13 @@ from typing import Mapping, Protocol, Sequence
 
 from bot.core.evidence import Evidence
 from bot.core.facts import Step
+from bot.core.history import Point
 from bot.core.gpus import classify
 from bot.core.stages.activity import activity
 from bot.core.stages.freshness import freshness
 from bot.core.stages.headline import judge, no_log, unreadable
 from bot.core.stages.liveness import liveness
+from bot.core.stages.trends import RunNumbers, loss_spike, slow, trend
 from bot.core.verdict import Concern, Level, Phase, Verdict, Worry
 
 # silence_after = "auto": several times the median gap between progress lines, within bounds.
@@ -26,6 +28,9 @@ class RunPolicy(Protocol):
     log: str
     silence_after: float | None  # None: "auto"
     loading_grace: float
+    slow_below: float  # the rate under this share of its baseline for slow_for is a finding
+    slow_for: float
+    loss_spike: bool
 
     @property
     def roles(self) -> Mapping[str, Sequence[int]]: ...
@@ -54,8 +59,10 @@ def learned_threshold(steps: Sequence[Step]) -> float | None:
     return min(AUTO_CAP_S, max(AUTO_FLOOR_S, AUTO_FACTOR * statistics.median(gaps)))
 
 
-def diagnose(ev: Evidence, run: RunPolicy, *, previous: Verdict | None = None) -> Verdict:
-    """recognise (the evidence) -> activity -> liveness -> freshness -> findings and headline."""
+def diagnose(ev: Evidence, run: RunPolicy, *, previous: Verdict | None = None,
+             history: Sequence[Point] = ()) -> Verdict:
+    """recognise (the evidence) -> activity -> liveness -> freshness -> trends -> findings and headline.
+    `history`: the run's remembered points, oldest first (bot.core.history), for trends and their alerts."""
     gpu = classify(ev.gpus, run.roles)
     if not ev.log.exists:
         return no_log(ev, run, gpu)
@@ -67,4 +74,8 @@ def diagnose(ev: Evidence, run: RunPolicy, *, previous: Verdict | None = None) -
     fresh = freshness(ev, steps[-1] if steps else None, previous)
     training_threshold = run.silence_after if run.silence_after is not None else (
         learned_threshold(steps) or AUTO_DEFAULT_S)
-    return judge(ev, run, gpu, doing, life, fresh, steps, training_threshold, previous)
+    step = steps[-1] if steps else None
+    numbers = RunNumbers(run.slow_below, run.slow_for, run.loss_spike)
+    trends = trend(history, step)
+    told = tuple(f for f in (slow(history, step, doing.phase, numbers), loss_spike(history, step, numbers)) if f)
+    return judge(ev, run, gpu, doing, life, fresh, steps, training_threshold, previous, trends, told)

@@ -56,6 +56,8 @@ class Worry(str, enum.Enum):
     GPU_IDLE = "gpu_idle"  # a GPU role idle beside one that works (subject: the role)
     LOG_REPLACED = "log_replaced"  # the writer writes another file (subject: that file)
     NAN_LOSS = "nan_loss"
+    SLOW = "slow"  # the rate well below the run's own recent baseline for a while
+    LOSS_SPIKE = "loss_spike"
     THREAD_DIED = "thread_died"  # subject: the thread
     HUNG_ON_EXIT = "hung_on_exit"
     SILENT = "silent"
@@ -67,7 +69,7 @@ class Worry(str, enum.Enum):
     HELD = "held"  # not a problem of the run's own: its host's outage is told as one incident
 
 
-SEVERITY = {Worry.GPU_IDLE: 1, Worry.LOG_REPLACED: 1, Worry.NAN_LOSS: 2, Worry.THREAD_DIED: 2, Worry.HUNG_ON_EXIT: 2,
+SEVERITY = {Worry.GPU_IDLE: 1, Worry.LOG_REPLACED: 1, Worry.SLOW: 1, Worry.LOSS_SPIKE: 2, Worry.NAN_LOSS: 2, Worry.THREAD_DIED: 2, Worry.HUNG_ON_EXIT: 2,
             Worry.SILENT: 3, Worry.UNREACHABLE: 3, Worry.UNREADABLE: 4, Worry.NO_LOG: 4, Worry.STOPPED: 4,
             Worry.CRASHED: 5, Worry.HELD: 0}
 
@@ -107,6 +109,8 @@ class Finding(str, enum.Enum):
     STUCK_COLLECTIVE = "stuck_collective"
     HUNG_ON_EXIT = "hung_on_exit"
     NO_FILE_PROGRESS = "no_file_progress"  # Lightning's rich bar: nothing reaches a file while it trains
+    SLOW = "slow"  # throughput well below the run's own baseline
+    LOSS_SPIKE = "loss_spike"
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,19 @@ class Found:
     before: float | None = None  # the last good value (0.0031 at step 40)
     before_step: int | None = None
     unit: str = "step"  # what `step` and `before_step` count: "step", "iteration", "batch"
+    value: float | None = None  # the value now (a slow rate, a spiking loss)
+    lasted: float | None = None  # seconds it has been so
+
+
+@dataclass(frozen=True)
+class Trend:
+    """What the run's memory says about now (bot.core.stages.trends)."""
+
+    eta: float | None = None  # seconds to the total at the last half hour's pace
+    vs_median: float | None = None  # the rate now against the last hour's median: -0.12 is 12 % slower
+    rate_spark: str = ""  # the last hour's rate, one cell per 5 min
+    loss_spark: str = ""
+    unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,7 @@ class Verdict:
     level: Level
     headline: str  # the one line: what a lock-screen notification shows
     step: Step | None = None  # the loop's latest progress
+    recent: tuple[Step, ...] = ()  # the loop's last progress lines, oldest first (what the run's memory records)
     progress_age: float | None = None  # seconds since the counter last moved (line stamps, the last probe, mtime)
     progress_since: float | None = None  # remote clock when the counter reached its current value
     silent_for: float | None = None  # seconds since the log last grew (remote clock)
@@ -141,6 +159,7 @@ class Verdict:
     crash: Crash | None = None
     thread_crash: Crash | None = None
     findings: tuple[Found, ...] = ()
+    trend: Trend | None = None  # what the run's memory says: ETA, rate against its median, sparklines
     gpu: GpuReport | None = None
     tail: tuple[str, ...] = ()  # last lines of the log, bars collapsed, cleaned (not yet redacted)
     concerns: tuple[Concern, ...] = ()  # reasons for alerts, most important first

@@ -8,10 +8,12 @@ import logging
 import secrets
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Callable, Protocol
 
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
+from bot.core.history import Point
 from bot.core.sections import moved_on, split_sections
 from bot.probe.script import ProbeTarget, build_script
 from bot.probe.runners import RunResult, Runner
@@ -29,7 +31,7 @@ class CheckableRun(RunPolicy, ProbeTarget, Protocol):
 
 
 def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previous: Verdict | None = None, *,
-                        later: float = 0.0) -> Verdict:
+                        later: float = 0.0, history: Sequence[Point] = ()) -> Verdict:
     """Turn a finished probe into a verdict (pure; replays and tests run captured probes through it).
     `later`: read it that many seconds on, as if the run had frozen since."""
     if result.failure:
@@ -41,7 +43,7 @@ def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previo
         return unreachable(run, f"the probe did not run: {why[:200]}", "probe")
     custom = compile_step_pattern(run.step_pattern) if run.step_pattern else None
     evidence = read_evidence(sections, run.log, custom)
-    return diagnose(evidence, run, previous=previous)
+    return diagnose(evidence, run, previous=previous, history=history)
 
 
 async def check(
@@ -51,6 +53,7 @@ async def check(
     timeout: float = DEFAULT_TIMEOUT_S,
     previous: Verdict | None = None,
     save_probe: Path | None = None,
+    history: Sequence[Point] = (),
 ) -> Verdict:
     """Probe `run` once through `runner` and diagnose what came back."""
     nonce = secrets.token_hex(8)
@@ -60,7 +63,7 @@ async def check(
         save_capture(save_probe, run.name, nonce, result)
     # Parsing a window takes a few ms of CPU; the bot and its watchdog run hundreds of these on
     # the event loop that must also ack Slack within 3 s, so it happens in a worker thread.
-    return await asyncio.to_thread(verdict_from_output, run, result, nonce, previous)
+    return await asyncio.to_thread(lambda: verdict_from_output(run, result, nonce, previous, history=history))
 
 
 async def check_within(
@@ -69,11 +72,12 @@ async def check_within(
     *,
     timeout: float,
     previous: Verdict | None = None,
+    history: Sequence[Point] = (),
 ) -> Verdict:
     """check(), but it always answers: a hard deadline a little past the probe's own timeout, and
     any failure (setting up the runner included) as an unreachable verdict, never an exception."""
     try:
-        return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous),
+        return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous, history=history),
                                       timeout + PROBE_GRACE_S)
     except asyncio.TimeoutError:
         return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")

@@ -38,6 +38,9 @@ class DefaultRun:
     gpu_samples: int = 1
     silence_after: float | None = DEFAULT_SILENCE_AFTER
     loading_grace: float = DEFAULT_LOADING_GRACE
+    slow_below: float = 0.6
+    slow_for: float = 600.0
+    loss_spike: bool = False
     gpus: dict = field(default_factory=dict)
 
     @property

@@ -37,9 +37,29 @@ def rows(v: Verdict, *, muted_until: float | None = None) -> list[Row]:
     if v.thread_crash is not None:
         out.append(Row("thread", f"{v.thread_crash.thread} died: {words.crash(v.thread_crash, 70)}"))
     out += [Row("found", words.finding(f)) for f in v.findings
-            if f.what in (Finding.NAN_LOSS, Finding.LOG_REPLACED, Finding.HUNG_ON_EXIT, Finding.NO_FILE_PROGRESS)]
+            if f.what in (Finding.NAN_LOSS, Finding.LOG_REPLACED, Finding.HUNG_ON_EXIT, Finding.NO_FILE_PROGRESS,
+                          Finding.SLOW, Finding.LOSS_SPIKE)]
+    if (trend := _trend_row(v)) is not None:
+        out.append(trend)
     out += _gpu_rows(v)
     return out
+
+
+def _trend_row(v: Verdict) -> Row | None:
+    """"ETA 14 h · -12 % vs last hour · rate ▃▅▇▇▆▂ · loss █▆▄▃▂▂": the run's memory, for a phone."""
+    t = v.trend
+    if t is None:
+        return None
+    parts = []
+    if t.eta is not None:
+        parts.append(f"ETA {hz.duration(t.eta)}")
+    if t.vs_median is not None and abs(t.vs_median) >= 0.005:
+        parts.append(f"{t.vs_median * 100:+.0f} % vs last hour")
+    if t.rate_spark:
+        parts.append(f"rate {t.rate_spark}")
+    if t.loss_spark:
+        parts.append(f"loss {t.loss_spark}")
+    return Row("trend", " · ".join(parts)) if parts else None
 
 
 def _process_rows(v: Verdict) -> list[Row]:

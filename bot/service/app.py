@@ -47,6 +47,7 @@ class Services:
     chat: AsyncWebClient  # the Web API client (base_url and retry handlers already set)
     store: Any = None  # the watchdog's incident store
     watchdog: Any = None
+    history: Any = None  # bot.service.history.History: each run's memory (None: not kept, a CLI call)
     clock: Callable[[], float] = time.time
     pending: set = field(default_factory=set, repr=False)  # listener tasks still working, for a clean stop
     probes: int = PROBES_AT_ONCE
@@ -82,8 +83,12 @@ class Services:
         if self._gate is None:
             self._gate = asyncio.Semaphore(self.probes)
         async with self._gate:
-            return await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
-                                      previous=previous)
+            recent = self.history.recent(run.name) if self.history is not None else ()
+            verdict = await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
+                                         previous=previous, history=recent)
+        if self.history is not None:
+            self.history.record(run.name, verdict)
+        return verdict
 
     @contextlib.contextmanager
     def tracking(self) -> Iterator[None]:

@@ -14,9 +14,11 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
+from bot.core.history import Point
 from bot.core.ledger import Ledger
 from bot.service.store import Store, StoreError
 
@@ -27,6 +29,9 @@ DISK_DEADLINE_S = 5.0  # one write of the state file; past it the disk counts as
 # main file, so a file overwritten under the bot would otherwise go unnoticed until a restart.
 HEADER_CHECK_EVERY_S = 10.0
 SQLITE_HEADER = b"SQLite format 3\0"
+MAX_QUEUED_POINTS = 200_000  # new points waiting while the disk fails (~40 MB): the oldest go first
+PRUNE_EVERY_S = 3600.0  # the history's retention runs this often, in the worker thread
+T = TypeVar("T")
 
 
 class StateFileError(RuntimeError):
@@ -59,6 +64,9 @@ class StateFile:
         self._corrupt = False  # SQLite says the file is damaged: move it aside before rewriting
         self._lost = False  # the file was deleted or replaced under the bot (said once the rewrite is done)
         self._header_checked = time.monotonic()
+        self._points: list[tuple[str, Point]] = []  # the runs' new points, written with the next flush
+        self.retention: tuple[float, float, float] | None = None  # (full, every, keep) seconds: pruned hourly
+        self._pruned = 0.0
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -127,6 +135,7 @@ class StateFile:
         if self._busy is not None and not self._busy.done():
             return False  # a write is stuck (a frozen disk): do not pile more on it
         changes = self.ledger.take_changes()
+        points, self._points = self._points, []
         if time.monotonic() - self._header_checked >= HEADER_CHECK_EVERY_S:
             self._header_checked = time.monotonic()
             if self.path.exists() and not _looks_like_sqlite(self.path):
@@ -137,10 +146,11 @@ class StateFile:
         if self._rewrite or self.fault is not None:
             snapshot = self.ledger.snapshot()  # taken here: the loop goes on changing the ledger meanwhile
             job: Callable[[], None] = lambda: self._write_all(snapshot)  # noqa: E731
-        elif not changes:
+        elif not changes and not points and not self._prune_due():
             return True
         else:
-            job = lambda: self._store.apply(changes)  # type: ignore[union-attr]  # noqa: E731
+            prune = self._prune_due()
+            job = lambda: self._apply(changes, points, prune)  # noqa: E731
         self._busy = asyncio.get_running_loop().run_in_executor(self._pool, job)
         try:
             await asyncio.wait_for(asyncio.shield(self._busy), self.deadline)
@@ -155,6 +165,35 @@ class StateFile:
             return False
         self._recovered()
         return True
+
+    # --- the runs' memory ----------------------------------------------------------------------
+
+    def record(self, run: str, points: Sequence[Point]) -> None:
+        """Queue a run's new points for the next flush (one transaction with the sweep's decisions). While
+        the disk fails the queue is bounded: history is kept best-effort, alerts are not."""
+        self._points.extend((run, p) for p in points)
+        if len(self._points) > MAX_QUEUED_POINTS:
+            del self._points[: len(self._points) - MAX_QUEUED_POINTS]
+
+    async def read(self, query: Callable[[Store], T]) -> T | None:
+        """Run a read of the file in its worker thread, within the deadline; None when it cannot be read."""
+        if self._store is None:
+            return None
+        store = self._store
+        try:
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._pool, query, store), self.deadline)
+        except (asyncio.TimeoutError, sqlite3.Error, OSError, ValueError):
+            return None
+
+    def _prune_due(self) -> bool:
+        return self.retention is not None and time.time() - self._pruned >= PRUNE_EVERY_S
+
+    def _apply(self, changes: list, points: list[tuple[str, Point]], prune: bool) -> None:
+        """In the worker thread: one transaction for the decisions and the points; the hourly retention after."""
+        self._store.apply(changes, points)  # type: ignore[union-attr]
+        if prune and self.retention is not None:
+            self._pruned = time.time()
+            self._store.prune(self._pruned, *self.retention)  # type: ignore[union-attr]
 
     def _recovered(self) -> None:
         if self.fault is not None:

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields
 
 from bot.core.alerts import RunState, Status
-from bot.core.verdict import Concern
+from bot.core.history import Point, RoleLoad
+from bot.core.verdict import Concern, Phase
 from bot.core.ledger import (
     Change,
     DropMessages,
@@ -25,7 +26,16 @@ from bot.core.ledger import (
     Watch,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+_POINTS = """
+CREATE TABLE points (               -- each run's memory: what each probe learned (bot.core.history.Point)
+    run TEXT NOT NULL, t REAL NOT NULL, segment INTEGER NOT NULL,
+    phase TEXT NOT NULL, level INTEGER NOT NULL,
+    step INTEGER, total INTEGER, loss REAL, rate REAL, unit TEXT,
+    gpus TEXT                       -- [[role, busy share, GiB held], ...]
+);
+CREATE INDEX points_run_t ON points (run, t);
+"""
 _SCHEMA = """
 CREATE TABLE runs (                 -- the alert state machine's memory, one row per run
     run TEXT PRIMARY KEY,
@@ -52,10 +62,12 @@ CREATE TABLE outbox (               -- every message, written before it is sent
 CREATE TABLE watches (              -- /run watch: at most one per run
     run TEXT PRIMARY KEY, channel TEXT NOT NULL, ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT
 );
-"""
+""" + _POINTS
+
 # Schema 1 kept RunState's fields as columns; its other tables are the same.
 _FROM_1 = ["ALTER TABLE runs RENAME TO runs_v1", _SCHEMA.split(";")[0],
            "DROP INDEX IF EXISTS outbox_pending", "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"]
+_FROM_2 = [x for x in _POINTS.split(";") if x.strip()]
 
 
 class StoreError(RuntimeError):
@@ -107,12 +119,15 @@ class Store:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
-            elif version == 1:
+            if version == 1:
                 for statement in _FROM_1:
                     db.execute(statement)
                 for row in db.execute("SELECT * FROM runs_v1").fetchall():
                     db.execute("INSERT INTO runs VALUES (?, ?)", (row["run"], _state_json(_state_v1(row))))
                 db.execute("DROP TABLE runs_v1")
+            if version in (1, 2):
+                for statement in _FROM_2:
+                    db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def writable(self) -> None:
@@ -139,11 +154,43 @@ class Store:
         watches = {r["run"]: Watch(**dict(r)) for r in db.execute("SELECT * FROM watches")}
         return Ledger(states, incidents, messages, watches)
 
-    def apply(self, changes: Iterable[Change]) -> None:
-        """Write a batch of the ledger's changes, all or nothing."""
+    def apply(self, changes: Iterable[Change], points: Iterable[tuple[str, Point]] = ()) -> None:
+        """Write a batch of the ledger's changes and the runs' new points, all or nothing."""
         with self._tx() as db:
             for change in changes:
                 _write(db, change)
+            db.executemany("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [_point_row(r, p) for r, p in points])
+
+    # --- the runs' memory -------------------------------------------------------------------------
+
+    def points(self, run: str, since: float, until: float | None = None) -> list[Point]:
+        rows = self._db.execute("SELECT * FROM points WHERE run = ? AND t >= ? AND t <= ? ORDER BY t",
+                                (run, since, until if until is not None else float("inf")))
+        return [_point(r) for r in rows]
+
+    def recent(self, since: float) -> dict[str, list[Point]]:
+        """Every run's points since `since` (what the bot reloads at start)."""
+        out: dict[str, list[Point]] = {}
+        for r in self._db.execute("SELECT * FROM points WHERE t >= ? ORDER BY run, t", (since,)):
+            out.setdefault(r["run"], []).append(_point(r))
+        return out
+
+    def prune(self, now: float, full: float, every: float, keep: float) -> int:
+        """Retention: every point of the last `full` seconds, then the last one of each `every` bucket, nothing
+        older than `keep`. Returns how many points went."""
+        with self._tx() as db:
+            gone = db.execute("DELETE FROM points WHERE t < ?", (now - keep,)).rowcount
+            gone += db.execute(
+                "DELETE FROM points WHERE t < :cut AND rowid NOT IN (SELECT max(rowid) FROM points WHERE t < :cut "
+                "GROUP BY run, segment, CAST(t / :every AS INTEGER))", {"cut": now - full, "every": every}).rowcount
+        return gone
+
+    def forget(self, keep_runs: Iterable[str]) -> int:
+        """Drop the memory of runs no longer configured (a rename starts afresh unless told)."""
+        names = list(keep_runs)
+        with self._tx() as db:
+            marks = ",".join("?" * len(names)) or "''"
+            return db.execute(f"DELETE FROM points WHERE run NOT IN ({marks})", names).rowcount
 
     def dump(self, ledger: Ledger) -> None:
         """Make the file hold exactly what the ledger holds (after the file was lost or replaced)."""
@@ -183,6 +230,20 @@ def _write(db: sqlite3.Connection, change: Change) -> None:
 
 
 _STATE_FIELDS = {f.name for f in fields(RunState)}
+
+
+def _point_row(run: str, p: Point) -> tuple:
+    return (run, p.t, p.segment, p.phase.value, p.level, p.step, p.total, p.loss, p.rate, p.unit,
+            json.dumps([[g.role, g.busy, g.mem_gib] for g in p.gpus]) if p.gpus else None)
+
+
+def _point(r: sqlite3.Row) -> Point:
+    try:
+        phase = Phase(r["phase"])
+    except ValueError:  # a phase a newer runbot wrote
+        phase = Phase.TRAINING
+    gpus = tuple(RoleLoad(str(g[0]), float(g[1]), g[2]) for g in json.loads(r["gpus"])) if r["gpus"] else ()
+    return Point(r["t"], phase, r["level"], r["step"], r["total"], r["loss"], r["rate"], r["unit"], r["segment"], gpus)
 
 
 def _state_json(state: RunState) -> str:

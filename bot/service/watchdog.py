@@ -22,6 +22,7 @@ from bot.core.ledger import Outgoing, Pending, Watch
 from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
 from bot.service.state_file import StateFile
 from bot.core.verdict import Concern, Verdict, Worry
+from bot.service.history import History
 from config.registry import LOCAL, Registry, Run
 
 log = logging.getLogger("runbot.watchdog")
@@ -50,8 +51,11 @@ class Watchdog:
 
     def __init__(self, registry: Registry, targets: Any, state_file: StateFile, chat: Chat, *,
                  clock: Callable[[], float] = time.time, tz: tzinfo | None = None, policy: Policy | None = None,
-                 local_probes: int = LOCAL_PROBES, watch_every: float = WATCH_EVERY_S) -> None:
+                 local_probes: int = LOCAL_PROBES, watch_every: float = WATCH_EVERY_S,
+                 history: History | None = None) -> None:
         self.registry, self.targets, self.state_file, self.chat = registry, targets, state_file, chat
+        # Each run's memory: the diagnosis reads it (trends, slowness), every probe adds to it.
+        self.history = history if history is not None else History(state_file, clock=clock, runs=list(registry.runs))
         self.ledger = state_file.ledger  # every question and change goes here, in memory; flush() makes it durable
         self.clock, self.tz, self.watch_every = clock, tz, watch_every
         self.policy = policy or Policy(remind_every=registry.bot.remind_every, flap_window=registry.bot.flap_window,
@@ -202,8 +206,10 @@ class Watchdog:
     async def probe(self, run: Run) -> Verdict:
         """One probe with a hard deadline; whatever goes wrong comes back as an unreachable verdict."""
         async with self._gates.get(run.host, self._gates[LOCAL]):
-            return await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
-                                      previous=self.verdicts.get(run.name))
+            verdict = await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
+                                         previous=self.verdicts.get(run.name), history=self.history.recent(run.name))
+        self.history.record(run.name, verdict)
+        return verdict
 
     def judge(self, run: Run | HostRun, verdict: Verdict, *, held: bool = False) -> list[int]:
         """Decide, render and commit in one go (no await in between: a mute can't slip in).
@@ -461,8 +467,13 @@ async def on_start(services: Any) -> None:
         services.store = StateFile.open(services.registry.bot.state_db)
     # Services.chat is the Web API client; anything with chat_postMessage gets the adapter.
     chat = SlackChat(services.chat) if hasattr(services.chat, "chat_postMessage") else services.chat
-    services.watchdog = Watchdog(services.registry, services.targets, services.store, chat,
-                                 clock=getattr(services, "clock", None) or time.time)
+    clock = getattr(services, "clock", None) or time.time
+    bot = services.registry.bot
+    services.store.retention = (bot.history_full, bot.history_every, bot.history_keep)
+    if getattr(services, "history", None) is None:
+        services.history = History(services.store, clock=clock, runs=list(services.registry.runs))
+    services.watchdog = Watchdog(services.registry, services.targets, services.store, chat, clock=clock,
+                                 history=services.history)
     services.watchdog.start()
 
 

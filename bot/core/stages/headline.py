@@ -28,6 +28,7 @@ from bot.core.verdict import (
     Found,
     Level,
     Phase,
+    Trend,
     Verdict,
     Worry,
     worst,
@@ -80,13 +81,14 @@ def _last_line(ev: Evidence) -> str:
 
 
 def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | None, previous: Verdict | None,
-                 writer: Process | None) -> str:
+                 writer: Process | None, trends: Trend = Trend()) -> str:
     """The healthy-case line of a phase."""
     before = previous.step if previous is not None else None
     if doing.phase is Phase.TRAINING and doing.no_file_progress:
         return "no progress lines in the log — Lightning's rich progress bar writes nothing to files"
     if doing.phase is Phase.TRAINING and step is not None:
-        return words.progress(step, before) + (f" · {hz.duration(age)} ago" if age is not None else "")
+        eta = f" · ETA {hz.duration(trends.eta)}" if trends.eta is not None else ""
+        return words.progress(step, before) + eta + (f" · {hz.duration(age)} ago" if age is not None else "")
     at = f" at {words.counter(step)}" if step is not None and words.counter(step) else ""
     lead = "no steps yet — " if step is None else ""
     if doing.bar is not None:
@@ -134,31 +136,41 @@ def _epochs_to_go(step: Step) -> bool:
     return step.epoch_total is not None and step.epoch is not None and step.epoch < step.epoch_total - 1
 
 
+# Findings that make a verdict a warning and are said in its line.
+_WARNS = frozenset({Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.SLOW, Finding.LOSS_SPIKE})
+
+
 def _concern(found: Found) -> Concern | None:
     return {Finding.NAN_LOSS: Concern(Worry.NAN_LOSS), Finding.THREAD_DIED: Concern(Worry.THREAD_DIED, found.detail),
+            Finding.SLOW: Concern(Worry.SLOW), Finding.LOSS_SPIKE: Concern(Worry.LOSS_SPIKE),
             Finding.IDLE_ROLE: Concern(Worry.GPU_IDLE, found.detail),
             Finding.LOG_REPLACED: Concern(Worry.LOG_REPLACED, found.detail)}.get(found.what)
 
 
 def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh: Freshness, steps: Sequence[Step],
-          training_threshold: float, previous: Verdict | None) -> Verdict:
+          training_threshold: float, previous: Verdict | None, trends: Trend = Trend(),
+          told: Sequence[Found] = ()) -> Verdict:
+    """`trends` and `told`: what the run's memory says (its ETA, a throughput drop, a loss spike)."""
     step = steps[-1] if steps else None
     writer = life.writer or main_writer(ev.writers)
     found: list[Found] = [f for f in (fd.nan_loss(steps), fd.thread_died(doing.thread_crash), fd.replaced(ev)) if f]
-    base = _base(ev, run, gpu, step=step, writer=writer, progress_age=fresh.age, progress_since=fresh.since,
+    found += list(told)
+    base = _base(ev, run, gpu, step=step, recent=tuple(steps), trend=trends, writer=writer, progress_age=fresh.age, progress_since=fresh.since,
                  crash=doing.crash, thread_crash=doing.thread_crash)
 
     def verdict(phase: Phase, level: Level, headline: str, concerns: Sequence[Concern] = (), *, alert: bool = True,
                 **extra) -> Verdict:
         """`alert`: the findings' own concerns go with it (a log rotated a second ago is no incident yet)."""
-        levels = [level] + [Level.WARN for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED)]
+        levels = [level] + [Level.WARN for f in found if f.what in _WARNS]
         own = list(concerns) + [c for f in found if alert and (c := _concern(f)) is not None and c not in concerns]
         return Verdict(phase=phase, level=worst(levels), headline=headline, findings=tuple(found),
                        concerns=tuple(own), **{**base, **extra})
 
     def with_findings(text: str) -> str:
-        said = [words.finding(f) for f in found if f.what in (Finding.NAN_LOSS, Finding.THREAD_DIED)]
-        return text + "".join(f" · {s}" for s in said)
+        """A slowdown is the news, so it leads (the rate it names is in the text after it); the rest follow."""
+        lead = [words.finding(f) for f in found if f.what is Finding.SLOW]
+        said = [words.finding(f) for f in found if f.what in _WARNS and f.what is not Finding.SLOW]
+        return " · ".join([*lead, text]) + "".join(f" · {s}" for s in said)
 
     if doing.phase is Phase.CRASHED and doing.crash.kind is Kind.HANG and life.alive:
         # The run says it is stuck; NCCL's monitor may abort it later. Until then it hangs.
@@ -230,7 +242,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
     threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
     age = fresh.age if phase is Phase.TRAINING and not doing.no_file_progress else ev.silent_for
-    describe = _phase_words(ev, doing, step, fresh.age, previous, writer)
+    describe = _phase_words(ev, doing, step, fresh.age, previous, writer, trends)
 
     if age is not None and age > threshold:
         if phase is Phase.TRAINING and step is not None:

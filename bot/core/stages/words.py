@@ -115,6 +115,12 @@ def finding(f: Found) -> str:
         before = f" ({hz.number(f.before)} at {f.unit} {f.before_step})" if f.before is not None and f.before_step is not None else (
             f" (was {hz.number(f.before)})" if f.before is not None else "")
         return f"{f.detail}{since}{before}"
+    if f.what is Finding.SLOW:  # "14.2K → 8.1K tok/s (-43 %) for 12 min"
+        change = f" ({hz.percent_change(f.value, f.before)})" if f.value and f.before and hz.percent_change(f.value, f.before) else ""
+        lasted = f" for {hz.duration(f.lasted)}" if f.lasted is not None else ""
+        return f"slow: {hz.count(f.before or 0)} → {hz.count(f.value or 0)} {f.detail}{change}{lasted}"
+    if f.what is Finding.LOSS_SPIKE:
+        return f"loss spiking: {_value(f.value)} against {_value(f.before)} before" + (f" (step {f.step})" if f.step is not None else "")
     if f.what is Finding.THREAD_DIED:
         return f"thread {f.detail} died"
     if f.what is Finding.IDLE_ROLE:

@@ -1,0 +1,106 @@
+"""Pure: a run's memory — the points each probe adds (every step it saw, once), segments where the log
+restarts, and the bounded window of recent points the trends are read from."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from bot.core.facts import Step
+from bot.core.gpus import GpuReport
+from bot.core.verdict import Phase, Verdict
+
+RECENT_S = 3 * 3600.0  # what answers and alerts read; older points stay in the state file for charts
+RECENT_MAX = 4000  # points of one run kept in memory (a 0.5 s/step run gives 21600 steps in 3 h: spaced out)
+
+
+@dataclass(frozen=True)
+class RoleLoad:
+    """One GPU role at one probe: the share of its samples that were busy, the memory it held."""
+
+    role: str
+    busy: float  # 0..1
+    mem_gib: float | None
+
+
+@dataclass(frozen=True)
+class Point:
+    """What runbot knew of a run at one moment (`t`: the bot's clock, seconds)."""
+
+    t: float
+    phase: Phase
+    level: int
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    rate: float | None = None
+    unit: str | None = None
+    segment: int = 0  # counts the log's restarts: a step that falls back is a new run, not a fall of 100 %
+    gpus: tuple[RoleLoad, ...] = ()
+
+
+def _finite(x: float | None) -> float | None:
+    """Only real numbers reach the memory: a NaN loss is a finding, never a point on a chart."""
+    return x if x is not None and math.isfinite(x) and abs(x) < 1e30 else None
+
+
+def _roles(gpu: GpuReport | None) -> tuple[RoleLoad, ...]:
+    if gpu is None or not gpu.gpus:
+        return ()
+    out = []
+    roles = [(role, gpu.in_role(role)) for role, _ in gpu.roles] or [("GPUs", list(gpu.gpus))]
+    for role, states in roles:
+        utils = [u for g in states for u in g.utils if u is not None]
+        mems = [g.mem_used_mib for g in states if g.mem_used_mib is not None]
+        if utils or mems:
+            busy = sum(1 for u in utils if u >= 50) / len(utils) if utils else 0.0
+            out.append(RoleLoad(role, round(busy, 3), round(sum(mems) / 1024, 2) if mems else None))
+    return tuple(out)
+
+
+def _times(steps: Sequence[Step], t: float, age: float | None) -> list[float]:
+    """When each step line was printed, on the bot's clock: the newest `age` seconds before `t`, the others
+    by their own stamps or elapsed times relative to it; without either, all at the newest's time."""
+    newest = t - (age or 0.0)
+    last = steps[-1]
+    out = []
+    for s in steps:
+        if s.stamp is not None and last.stamp is not None:
+            out.append(newest - max(0.0, last.stamp - s.stamp))
+        elif s.elapsed is not None and last.elapsed is not None:
+            out.append(newest - max(0.0, last.elapsed - s.elapsed))
+        else:
+            out.append(newest)
+    return out
+
+
+def observe(verdict: Verdict, t: float, last: Point | None) -> tuple[Point, ...]:
+    """The points one verdict adds after `last` (the run's newest remembered point): each step line it saw
+    that is newer than `last`'s step, or one point of phase and GPUs when there is no new step."""
+    if not verdict.reached:
+        return ()
+    segment = last.segment if last is not None else 0
+    level, gpus = int(verdict.level), _roles(verdict.gpu)
+    steps = [s for s in verdict.recent if s.step is not None] or ([verdict.step] if verdict.step is not None else [])
+    if steps and last is not None and last.step is not None and steps[-1].step is not None and steps[-1].step < last.step:
+        segment += 1  # the counter fell back: the log restarted (a relaunch, a resume from an earlier checkpoint)
+        last = None
+    fresh = [s for s in steps if last is None or last.step is None or (s.step or 0) > last.step]
+    if not fresh:
+        return (Point(t, verdict.phase, level, last.step if last else None, last.total if last else None,
+                      segment=segment, gpus=gpus),)
+    times = _times(fresh, t, verdict.progress_age)
+    out = [Point(at, verdict.phase, level, s.step, s.total, _finite(s.loss), _finite(s.rate), s.rate_unit, segment)
+           for s, at in zip(fresh, times)]
+    out[-1] = replace(out[-1], t=max(out[-1].t, last.t if last else out[-1].t), gpus=gpus)
+    return tuple(out)
+
+
+def keep_recent(points: Sequence[Point], now: float) -> tuple[Point, ...]:
+    """The last RECENT_S of points, at most RECENT_MAX of them: spaced out evenly when there are more."""
+    recent = [p for p in points if now - p.t <= RECENT_S]
+    if len(recent) <= RECENT_MAX:
+        return tuple(recent)
+    stride = len(recent) / RECENT_MAX
+    return tuple(recent[int(i * stride)] for i in range(RECENT_MAX - 1)) + (recent[-1],)

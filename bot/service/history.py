@@ -1,0 +1,49 @@
+"""Each run's memory at the edge: its recent points in memory for answers and alerts, each probe's new points
+queued to the state file (written with the sweep's decisions), older ones read back from it for charts (shell)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from bot.core.history import RECENT_S, Point, keep_recent, observe
+from bot.core.verdict import Verdict
+from bot.service.state_file import StateFile
+
+
+class History:
+    """One per bot. With no state file (a CLI call) it remembers nothing beyond the process."""
+
+    def __init__(self, state_file: StateFile | None = None, *, clock: Callable[[], float] = time.time,
+                 runs: Iterable[str] | None = None) -> None:
+        self.state_file = state_file
+        self.clock = clock
+        self._recent: dict[str, tuple[Point, ...]] = {}
+        if state_file is not None and state_file._store is not None:
+            store = state_file._store
+            if runs is not None:
+                store.forget(runs)  # a run renamed in the config starts afresh: no stale memory under the old name
+            self._recent = {run: keep_recent(points, clock()) for run, points in store.recent(clock() - RECENT_S).items()}
+
+    def recent(self, run: str) -> tuple[Point, ...]:
+        return self._recent.get(run, ())
+
+    def record(self, run: str, verdict: Verdict) -> tuple[Point, ...]:
+        """What this verdict adds to the run's memory (each new step once), kept and queued for the disk."""
+        now = self.clock()
+        old = self._recent.get(run, ())
+        new = observe(verdict, now, old[-1] if old else None)
+        if new:
+            self._recent[run] = keep_recent((*old, *new), now)
+            if self.state_file is not None:
+                self.state_file.record(run, new)
+        return new
+
+    async def points(self, run: str, since: float, until: float | None = None) -> Sequence[Point]:
+        """The run's points over a window, from the state file (every point of the last day, then sparser), or
+        from memory when there is no file or it cannot be read now."""
+        if self.state_file is not None:
+            found = await self.state_file.read(lambda store: store.points(run, since, until))
+            if found is not None:
+                return found
+        return [p for p in self.recent(run) if p.t >= since and (until is None or p.t <= until)]
