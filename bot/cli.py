@@ -7,9 +7,11 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
+from bot.render import chart as render_chart
 from bot.render import slack as render_slack
 from bot.render import text as render_text
 from bot.probe import replay
@@ -48,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("probes", nargs="+", type=Path, metavar="PROBE", help="saved .probe (or .json) files, or folders of them")
     r.add_argument("--later", metavar="DURATION", help="read them this much later, as if nothing changed (10m, 2h)")
     r.add_argument("--view", choices=("status", "gpus", "tail"), default="status", help="which answer (default status)")
+    pl = sub.add_parser("plot", help="a chart of a run's history (PNG), from the watchdog's state file")
+    pl.add_argument("run", help="run name or a unique prefix")
+    pl.add_argument("--metric", choices=render_chart.METRICS, default="loss", help="what to draw (default loss)")
+    pl.add_argument("--since", metavar="DURATION", default="6h",
+                    help=f"how far back (default 6h, at most {format_duration(render_chart.MAX_WINDOW_S)})")
+    pl.add_argument("-o", "--output", metavar="FILE.png", type=Path, required=True, help="where to write the PNG")
     d = sub.add_parser("demo", help="the whole product on this machine, no Slack, no cluster")
     d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
     return p
@@ -108,6 +116,8 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
         rows = asyncio.run(_check_all(registry, args.save_probe))
         print(render_text.runs(rows))
         return EXIT_OK
+    if args.command == "plot":
+        return _plot(args, registry)
     if args.command == "tail" and not 1 <= args.n <= TAIL_MAX:
         raise UsageError(f"tail -n takes 1 to {TAIL_MAX} lines, not {args.n}")
     run = registry.resolve(args.run)
@@ -164,6 +174,42 @@ def _replay(args: argparse.Namespace, registry: Registry | None) -> int:
                   "tail": lambda: render_text.tail(verdict)}[args.view]()
         head = f"# {capture.path.name}" + (f" · {args.later} later" if later else "")
         print(("\n" if n else "") + head + "\n" + answer)
+    return EXIT_OK
+
+
+def _plot(args: argparse.Namespace, registry: Registry) -> int:
+    """Draw a run's history from the state file the bot keeps; no probe runs."""
+    import sqlite3  # noqa: PLC0415 - SQLite only for this command
+
+    from bot.service.store import Store, StoreError  # noqa: PLC0415
+
+    try:
+        window = parse_duration(args.since, "--since")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if window > render_chart.MAX_WINDOW_S:
+        raise UsageError(f"--since: at most {format_duration(render_chart.MAX_WINDOW_S)}, not {args.since}")
+    run = registry.resolve(args.run)
+    path = Path(registry.bot.state_db)
+    if not path.is_file():  # Store() would create an empty one
+        raise UsageError(f"no state file at {path}: the watchdog writes it while `runbot serve` runs "
+                         "([bot] state_db says where)")
+    now = time.time()
+    try:
+        store = Store(path)
+        try:
+            points = store.points(run.name, now - window)
+            incidents = [i.opened_at for i in store.load().incidents.values() if i.run == run.name]
+        finally:
+            store.close()
+    except (StoreError, sqlite3.Error) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    png = render_chart.chart(run.name, points, metric=args.metric, now=now, window=window, incidents=incidents)
+    try:
+        args.output.write_bytes(png)
+    except OSError as exc:
+        raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {args.output} ({len(points)} points, since {format_duration(window)} ago)")
     return EXIT_OK
 
 

@@ -27,8 +27,9 @@ TEAM_ID, BOT_USER, BOT_ID = "T0TEST", "U0BOT", "B0BOT"
 class _Rule:
     status: int  # 0: do the call, then drop the connection before answering
     times: int | None  # None: until clear_failures()
-    method: str | None  # None: every Web API method; "response_url": response_url posts
+    method: str | None  # None: every Web API method; "response_url": response_url posts; "upload": file bytes
     retry_after: str | None = None
+    error: str = "internal_error"  # the `error` of the answer's {"ok": false} body
 
 
 class SlackStub:
@@ -40,6 +41,9 @@ class SlackStub:
     `.events` holds (monotonic time, kind, name, payload) of everything, for benches.
     Messages posted with chat.postMessage (and edited with chat.update) come back from
     conversations.history and conversations.replies, metadata included.
+    Files go up as Slack's external upload does: files.getUploadURLExternal hands out an upload
+    URL (on this stub), the bytes are POSTed there (`.uploads`: file id -> bytes; an event of kind
+    "upload"), and files.completeUploadExternal shares them (`.files`: what it shared, and where).
     """
 
     def __init__(self) -> None:
@@ -48,6 +52,10 @@ class SlackStub:
         self.responses: list[tuple[str, dict]] = []
         self.events: list[tuple[float, str, str, dict]] = []
         self.socket_received: list[dict] = []
+        self.uploads: dict[str, bytes] = {}  # file id -> the bytes POSTed to its upload URL
+        self.files: list[dict] = []  # each file files.completeUploadExternal shared: id, title, channel_id, …, content
+        self._upload_urls: dict[str, dict] = {}  # file id -> what files.getUploadURLExternal was told
+        self._last_file = 0
         self._rules: list[_Rule] = []
         self._messages: dict[tuple[str, str], dict] = {}  # (channel, ts) -> the message as Slack stores it
         self._last_ts = 0.0
@@ -96,6 +104,7 @@ class SlackStub:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)  # the SDK GETs some methods (conversations.*)
         app.router.add_post("/response/{name}", self._response)
+        app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/ws", self._ws)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -122,6 +131,10 @@ class SlackStub:
     def response_url(self, name: str = "r1") -> str:
         return f"{self.url}/response/{urllib.parse.quote(name, safe='')}"
 
+    def upload_url(self, file_id: str) -> str:
+        """Where files.getUploadURLExternal tells the caller to POST a file's bytes (this stub, loopback)."""
+        return f"{self.url}/upload/{urllib.parse.quote(file_id, safe='')}"
+
     # -- what happened --
 
     def posts(self, method: str) -> list[dict]:
@@ -142,6 +155,9 @@ class SlackStub:
             self.responses.clear()
             self.events.clear()
             self.socket_received.clear()
+            self.uploads.clear()
+            self.files.clear()
+            self._upload_urls.clear()
             self._rules.clear()
             self._messages.clear()
             self.clock_offset = 0.0
@@ -168,9 +184,11 @@ class SlackStub:
 
     # -- faults --
 
-    def fail(self, status: int = 500, times: int = 1, method: str | None = None) -> None:
-        """The next `times` matching calls answer HTTP `status` (method None: any Web API method)."""
-        self._rules.append(_Rule(status, times, method))
+    def fail(self, status: int = 500, times: int = 1, method: str | None = None, error: str = "internal_error") -> None:
+        """The next `times` matching calls answer HTTP `status` with {"ok": false, "error": error} (method None:
+        any Web API method; "response_url": response_url posts; "upload": posts of a file's bytes to its upload
+        URL). A status of 200 is how Slack refuses a call (not_in_channel, missing_scope…)."""
+        self._rules.append(_Rule(status, times, method, error=error))
 
     def fail_until_cleared(self, status: int = 500, method: str | None = None) -> None:
         self._rules.append(_Rule(status, None, method))
@@ -190,7 +208,7 @@ class SlackStub:
     def _fault(self, method: str) -> web.Response | None:
         with self._lock:
             for rule in self._rules:
-                applies = rule.method == method or (rule.method is None and method != "response_url")
+                applies = rule.method == method or (rule.method is None and method not in ("response_url", "upload"))
                 if applies and (rule.times is None or rule.times > 0):
                     if rule.times is not None:
                         rule.times -= 1
@@ -202,7 +220,7 @@ class SlackStub:
         if rule.status == 429:
             return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
                                      headers={"Retry-After": rule.retry_after or "0"})
-        return web.json_response({"ok": False, "error": "internal_error"}, status=rule.status)
+        return web.json_response({"ok": False, "error": rule.error}, status=rule.status)
 
     # -- Socket Mode --
 
@@ -275,6 +293,22 @@ class SlackStub:
             return {"ok": True, "channel": payload.get("channel"), "ts": payload.get("ts"), "text": payload.get("text", "")}
         if method in ("conversations.history", "conversations.replies"):
             return {"ok": True, "has_more": False, "messages": self._history(method, payload)}
+        if method == "files.getUploadURLExternal":
+            self._last_file += 1
+            file_id = f"F0TEST{self._last_file:05d}"
+            self._upload_urls[file_id] = {"filename": payload.get("filename", ""), "length": payload.get("length")}
+            return {"ok": True, "upload_url": self.upload_url(file_id), "file_id": file_id}
+        if method == "files.completeUploadExternal":
+            shared = []
+            for f in _json(payload.get("files")) or []:
+                asked = self._upload_urls.get(f.get("id", ""), {})
+                record = {"id": f.get("id"), "title": f.get("title") or asked.get("filename"),
+                          "name": asked.get("filename"), "channel_id": payload.get("channel_id"),
+                          "channels": payload.get("channels"), "initial_comment": payload.get("initial_comment"),
+                          "thread_ts": payload.get("thread_ts"), "content": self.uploads.get(f.get("id", ""))}
+                self.files.append(record)
+                shared.append({"id": record["id"], "title": record["title"], "name": record["name"]})
+            return {"ok": True, "files": shared}
         return {"ok": True}
 
     def _history(self, method: str, args: dict) -> list[dict]:
@@ -285,6 +319,22 @@ class SlackStub:
             return sorted((m for m in found if m.get("thread_ts") in (None, m["ts"])), key=lambda m: float(m["ts"]), reverse=True)
         thread = args.get("ts", "")
         return sorted((m for m in found if m["ts"] == thread or m.get("thread_ts") == thread), key=lambda m: float(m["ts"]))
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """A file's bytes, POSTed to the URL files.getUploadURLExternal gave; Slack answers in plain text."""
+        file_id = request.match_info["file_id"]
+        data = await request.read()
+        fault = self._fault("upload")
+        if fault is not None and fault is not _DROP:
+            return fault
+        if file_id not in self._upload_urls:
+            return web.Response(status=404, text="no such upload")
+        self.uploads[file_id] = data
+        self.events.append((time.monotonic(), "upload", file_id, {"length": len(data)}))
+        if fault is _DROP:
+            request.transport.abort()
+            raise ConnectionResetError("dropped by the stub")
+        return web.Response(text=f"OK - {len(data)}")
 
     async def _response(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -318,8 +368,8 @@ async def _payload(request: web.Request) -> dict:
         return dict(request.query)
     text = await request.text()
     if request.content_type == "application/json":
-        return json.loads(text or "{}")
-    return dict(urllib.parse.parse_qsl(text))
+        return {**request.query, **json.loads(text or "{}")}
+    return {**request.query, **dict(urllib.parse.parse_qsl(text))}  # the SDK sends some methods' arguments in the URL
 
 
 # -- signed requests, as Slack sends them ----------------------------------------------------
