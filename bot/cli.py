@@ -17,6 +17,8 @@ from bot.render import text as render_text
 from bot.probe import replay
 from bot.probe.checkup import RUNS_AT_ONCE, check
 from bot.probe.targets import Targets
+from bot.service.history import History
+from bot.service.state_file import StateFile, StateFileError
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.durations import parse_duration
 from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
@@ -113,7 +115,7 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
 
         return serve(registry, settings)
     if args.command == "runs":
-        rows = asyncio.run(_check_all(registry, args.save_probe))
+        rows = asyncio.run(_check_all(registry, args.save_probe, settings.runbot_state_db))
         print(render_text.runs(rows))
         return EXIT_OK
     if args.command == "plot":
@@ -121,7 +123,7 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     if args.command == "tail" and not 1 <= args.n <= TAIL_MAX:
         raise UsageError(f"tail -n takes 1 to {TAIL_MAX} lines, not {args.n}")
     run = registry.resolve(args.run)
-    verdict = asyncio.run(_check_one(registry, run, args.save_probe))
+    verdict = asyncio.run(_check_one(registry, run, args.save_probe, settings.runbot_state_db))
     if args.command == "preview":
         print(_preview(verdict, run, args.view))
     elif args.command == "status":
@@ -133,26 +135,49 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     return EXIT_UNREACHABLE if verdict.phase is Phase.UNREACHABLE else EXIT_OK
 
 
-async def _check_one(registry: Registry, run: Run, save: Path | None) -> Verdict:
-    targets = Targets(registry)
-    try:
-        return await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save)
-    finally:
-        await targets.close()
+async def _check_one(registry: Registry, run: Run, save: Path | None, state_db: str | None = None) -> Verdict:
+    [(_, verdict)] = await _check(registry, [run], save, state_db)
+    return verdict
 
 
-async def _check_all(registry: Registry, save: Path | None) -> list[tuple[str, Verdict]]:
+async def _check_all(registry: Registry, save: Path | None, state_db: str | None = None) -> list[tuple[str, Verdict]]:
+    return await _check(registry, list(registry.runs.values()), save, state_db)
+
+
+async def _check(registry: Registry, runs: list[Run], save: Path | None, state_db: str | None) -> list[tuple[str, Verdict]]:
+    """Probe the runs; with RUNBOT_STATE_DB set, read their memory for trends and add what this probe saw to it."""
     targets = Targets(registry)
+    memory = _memory(state_db)
     gate = asyncio.Semaphore(RUNS_AT_ONCE)
 
     async def one(run: Run) -> tuple[str, Verdict]:
         async with gate:
-            return run.name, await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save)
+            recent = memory.recent(run.name) if memory is not None else ()
+            verdict = await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save,
+                                  history=recent)
+        if memory is not None:
+            memory.record(run.name, verdict)
+        return run.name, verdict
 
     try:
-        return list(await asyncio.gather(*(one(r) for r in registry.runs.values())))
+        return list(await asyncio.gather(*(one(r) for r in runs)))
     finally:
         await targets.close()
+        if memory is not None and memory.state_file is not None:
+            if not await memory.state_file.flush():
+                print(f"runbot: could not add this probe to {state_db}: {memory.state_file.fault}", file=sys.stderr)
+            memory.state_file.close()
+
+
+def _memory(state_db: str | None) -> History | None:
+    """The runs' memory in the state file RUNBOT_STATE_DB names (the bot's own, shared); None when unset or unusable."""
+    if not state_db:
+        return None
+    try:
+        return History(StateFile.open(state_db))  # no runs given: a CLI call never forgets the bot's other runs
+    except StateFileError as exc:
+        print(f"runbot: {exc} (answering without the runs' memory)", file=sys.stderr)
+        return None
 
 
 def _replay(args: argparse.Namespace, registry: Registry | None) -> int:

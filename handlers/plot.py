@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 from slack_sdk.errors import SlackApiError, SlackRequestError
 
@@ -18,7 +19,8 @@ from bot.render import chart as render_chart
 from bot.render import slack as render_slack
 from config.durations import parse_duration
 from config.registry import format_duration
-from handlers.commands import CommandRequest, Reply, Usage, log, subcommand
+from bot.render.history import ACTION_PLOT
+from handlers.commands import CommandRequest, Reply, Usage, log, log_event, send_response, subcommand
 
 NO_HISTORY = ("no history is kept here: the watchdog keeps each run's memory (`runbot serve` with a state file), "
               "and /run plot draws from it")
@@ -44,27 +46,32 @@ def parse_args(words: list[str]) -> tuple[str, float]:
         if not word[:1].isdigit() and not word.startswith(("-", ".")):
             raise Usage(f"“{word[:32]}” is neither a metric ({', '.join(render_chart.METRICS)}) "
                         "nor a duration (e.g. 90m, 6h, 2d)")
-        if re.fullmatch(r"[0-9.]+", word):  # "6": hours? minutes? say which
-            raise Usage(f"a duration needs its unit: {word}h, {word}m")
-        try:
-            seconds = parse_duration(word, "")
-        except ValueError as exc:
-            raise Usage(str(exc)) from None
         if window is not None:
             raise Usage("one duration at a time")
-        if seconds > render_chart.MAX_WINDOW_S:
-            raise Usage(f"at most {format_duration(render_chart.MAX_WINDOW_S)} back")
-        window = seconds
+        window = parse_window(word)
     return metric or "loss", window or render_chart.DEFAULT_WINDOW_S
+
+
+def parse_window(word: str) -> float:
+    """How far back a history or a chart looks: "90m", "6h", "2d" (at most the retention's 30 days)."""
+    if re.fullmatch(r"[0-9.]+", word):  # "6": hours? minutes? say which
+        raise Usage(f"a duration needs its unit: {word}h, {word}m")
+    try:
+        seconds = parse_duration(word, "")
+    except ValueError as exc:
+        raise Usage(str(exc)) from None
+    if seconds > render_chart.MAX_WINDOW_S:
+        raise Usage(f"at most {format_duration(render_chart.MAX_WINDOW_S)} back")
+    return seconds
 
 
 def _error(text: str, outcome: str = "error") -> Reply:
     return Reply.of(render_slack.error_message(text), outcome=outcome)
 
 
-def _incidents(req: CommandRequest, run_name: str) -> list[float]:
+def _incidents(services, run_name: str) -> list[float]:
     """When the run's incidents opened, from the watchdog's ledger (none without a watchdog)."""
-    ledger = getattr(req.services.store, "ledger", None)
+    ledger = getattr(services.store, "ledger", None)
     if ledger is None:
         return []
     return [i.opened_at for i in list(ledger.incidents.values()) if i.run == run_name]
@@ -74,39 +81,74 @@ def _incidents(req: CommandRequest, run_name: str) -> list[float]:
 async def plot(req: CommandRequest) -> Reply:
     metric, window = parse_args(req.args[1:])
     run = req.run(req.args[0])
-    history = req.services.history
+    return await post_chart(req.services, req.channel_id, run.name, metric, window)
+
+
+async def post_chart(services, channel: str, run_name: str, metric: str, window: float) -> Reply:
+    """Draw the run's chart off the event loop and upload it to `channel`; the Reply says it is there, or why not."""
+    history = services.history
     if history is None:
         return _error(NO_HISTORY)
-    now = req.services.clock()
-    points = await history.points(run.name, now - window)
-    png = await asyncio.to_thread(render_chart.chart, run.name, points, metric=metric, now=now, window=window,
-                                  incidents=_incidents(req, run.name))
+    now = services.clock()
+    points = await history.points(run_name, now - window)
+    png = await asyncio.to_thread(render_chart.chart, run_name, points, metric=metric, now=now, window=window,
+                                  incidents=_incidents(services, run_name))
     span = render_chart.span_words(window)
     what = {"loss": "loss", "rate": "rate", "gpus": "GPUs"}[metric]
     try:
-        await req.services.chat.files_upload_v2(
-            channel=req.channel_id,
+        await services.chat.files_upload_v2(
+            channel=channel,
             file=png,
-            filename=f"{run.name}-{metric}.png",
-            title=f"{run.name} · {what} · last {span}",
-            alt_txt=f"chart of {run.name}'s {what} over the last {span}",
-            initial_comment=render_slack.safe(f"{run.name}: {what}, last {span}"),
+            filename=f"{run_name}-{metric}.png",
+            title=f"{run_name} · {what} · last {span}",
+            alt_txt=f"chart of {run_name}'s {what} over the last {span}",
+            initial_comment=render_slack.safe(f"{run_name}: {what}, last {span}"),
         )
     except SlackApiError as exc:
         code = str((exc.response.get("error") if exc.response is not None else None) or "error")
-        log.warning("/run plot %s: upload refused: %s", run.name, code)
+        log.warning("/run plot %s: upload refused: %s", run_name, code)
         hint = UPLOAD_ERRORS.get(code, "")
         return _error(f"cannot post the chart here ({code})" + (f"; {hint}" if hint else ""))
     except Exception as exc:  # noqa: BLE001 - the upload URL or the network failed: one line, never a traceback
         line = humanize.trim(f"{type(exc).__name__}: {exc}", 200)
-        log.warning("/run plot %s: upload failed: %s", run.name, line)
+        log.warning("/run plot %s: upload failed: %s", run_name, line)
         if isinstance(exc, SlackRequestError):  # the bytes were refused: nothing was shared
             return _error(f"cannot post the chart here: {line}")
         return _error(f"the upload broke off, the chart may or may not be in the channel: {line}")
-    note = f":chart_with_upwards_trend: posted {run.name}'s {what} chart (last {span}, {len(points)} points) in this channel"
+    note = f":chart_with_upwards_trend: posted {run_name}'s {what} chart (last {span}, {len(points)} points) in this channel"
     line = render_slack.safe(note)
     return Reply.of({"text": line, "blocks": [render_slack.section(line)]})
 
 
+async def on_chart_button(ack, body: dict, action: dict, context) -> None:
+    """A Chart button (on a /run history answer): the chart goes to the channel, the clicker hears how it went."""
+    await ack()
+    services = context["services"]
+    started = time.monotonic()
+    user = (body.get("user") or {}).get("id", "")
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
+    name, metric, window = _button_value(action.get("value", ""))
+    run = services.registry.runs.get(name)
+    with services.tracking():
+        if run is None or not services.registry.access.allows(user, channel, run) or metric is None:
+            reply, outcome = _error(f"run “{name[:64]}” is not known here"), "unknown_run"  # unseen = unknown
+        else:
+            reply = await post_chart(services, channel, run.name, metric, window)
+            outcome = reply.outcome
+        if body.get("response_url"):
+            await send_response(body["response_url"], {**reply.payload(), "replace_original": False})
+    log_event("button", user=user, channel=channel, command="plot", run=name[:64], outcome=outcome,
+              ms=round((time.monotonic() - started) * 1000))
+
+
+def _button_value(value: str) -> tuple[str, str | None, float]:
+    """"RUN METRIC SECONDS" (what bot.render.history puts on the button) -> its parts; metric None when malformed."""
+    words = value.split()
+    if len(words) != 3 or words[1] not in render_chart.METRICS or not words[2].isdigit():
+        return (words[0] if words else ""), None, 0.0
+    return words[0], words[1], min(float(words[2]), render_chart.MAX_WINDOW_S) or render_chart.DEFAULT_WINDOW_S
+
+
 def register(app) -> None:
-    """Nothing to listen for beyond /run itself: importing this module registered `/run plot`."""
+    """`/run plot` is registered by importing this module; the Chart buttons of /run history listen here."""
+    app.action(ACTION_PLOT)(on_chart_button)

@@ -150,3 +150,28 @@ def test_save_probe_into_a_place_it_cannot_write_exits_2(config, tmp_path):
     blocker.write_text("")
     out = runbot("--config", str(config), "--save-probe", str(blocker / "sub"), "status", "dflash-oom")
     assert out.returncode == 2 and "--save-probe" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_with_runbot_state_db_each_probe_adds_to_the_runs_memory(config, tmp_path):
+    from bot.service.store import Store
+
+    state = tmp_path / "memory.sqlite3"
+    for args in (("status", "dflash-ok"), ("runs",)):
+        out = runbot("--config", str(config), *args, env={"RUNBOT_STATE_DB": str(state)})
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+    store = Store(state)
+    try:
+        ok = store.points("dflash-ok", 0)
+        assert ok and ok[-1].step is not None  # its newest step, from the status and then from runs
+        assert set(store.recent(0)) == {"dflash-ok", "dflash-oom", "eagle"}
+        assert store.tallies()["dflash-ok"].last_step == ok[-1].step
+    finally:
+        store.close()
+    out = runbot("--config", str(config), "status", "dflash-ok")  # no RUNBOT_STATE_DB: nothing is written
+    assert out.returncode == 0 and not (tmp_path / "runbot.sqlite3").exists() and not (REPO / "runbot.sqlite3").exists()
+
+
+def test_an_unusable_runbot_state_db_is_one_line_and_the_answer_still_comes(config, tmp_path):
+    out = runbot("--config", str(config), "status", "dflash-oom", env={"RUNBOT_STATE_DB": str(tmp_path / "no" / "dir.db")})
+    assert out.returncode == 0 and out.stdout.startswith("crashed — ")
+    assert len(out.stderr.strip().splitlines()) == 1 and "answering without the runs' memory" in out.stderr, out.stderr

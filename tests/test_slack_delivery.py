@@ -111,7 +111,9 @@ async def test_the_lookup_does_not_trust_the_bots_clock(lab, stub, tmp_path, off
         await wd.sweep()
         await wd.sweep()
     posts = stub.posts("chat.postMessage")
-    assert len(parents(stub)) == 1 and len(posts) == 2, [p["text"][:40] for p in posts]
+    # The parent, the crash, its end-of-run summary: each once, whatever the bot's clock says.
+    assert len(parents(stub)) == 1 and len(posts) == 3, [p["text"][:40] for p in posts]
+    assert "now crashed" in posts[1]["text"] and "alpha summary: crashed" in posts[2]["text"]
     await wd.stop()
 
 

@@ -113,9 +113,9 @@ async def test_a_frozen_disk_does_not_hold_the_event_loop(tmp_path, monkeypatch)
     thaw = threading.Event()
     real_apply = Store.apply
 
-    def frozen(self, changes, points=()):
+    def frozen(self, changes, points=(), tallies=()):
         thaw.wait(30)
-        return real_apply(self, changes, points)
+        return real_apply(self, changes, points, tallies)
 
     monkeypatch.setattr(Store, "apply", frozen)
     monkeypatch.setattr(Store, "dump", lambda self, ledger: thaw.wait(30))

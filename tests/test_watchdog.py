@@ -89,9 +89,9 @@ class FakeChat:
 
 @pytest.fixture
 def lab(tmp_path):
-    def make(timeout="5s", clock=time.time, chat=None, store=None):
+    def make(timeout="5s", clock=time.time, chat=None, store=None, alpha=""):
         config = tmp_path / "runs.toml"
-        config.write_text(CONFIG.format(timeout=timeout))
+        config.write_text(CONFIG.format(timeout=timeout).replace('log = "alpha.log"\n', f'log = "alpha.log"\n{alpha}\n'))
         registry = parse_registry(config.read_text(), config)
         store = store or StateFile.open(tmp_path / "state.sqlite3")
         return Watchdog(registry, Targets(registry), store, chat or FakeChat(), clock=clock)
@@ -143,9 +143,61 @@ async def test_a_crash_goes_in_the_same_thread(lab, tmp_path):
     log.write_text(OOM)  # the writer is gone and a traceback ends the log
     await wd.sweep()
     [parent] = wd.chat.parents()
-    [reply] = wd.chat.thread(parent["ts"])
+    reply, summary = wd.chat.thread(parent["ts"])
     assert "now crashed" in reply and "OutOfMemoryError" in reply
     assert "crashed" in wd.chat.updates[-1]["text"]
+    # The end-of-run summary follows the crash in its thread, once: the silence was this same incident.
+    assert summary.startswith(":red_circle: alpha summary: crashed · seen over 1 min")  # its steps were a minute old
+    # No mean rate: runbot never saw it training, only silent.
+    assert "steps 1 → 5 · loss 2.5 (best 2.1) · no incidents before it" in summary, summary
+    await wd.sweep()
+    assert len(wd.chat.thread(parent["ts"])) == 2
+
+
+async def test_a_clean_end_is_told_once_with_its_summary(lab, tmp_path):
+    wd = lab()
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        await wd.sweep()
+        steps_again(log)
+        await wd.sweep()
+    with log.open("a") as f:
+        f.write("Training complete.\n")
+    await wd.sweep()
+    await wd.sweep()
+    [parent] = wd.chat.parents()
+    assert "finished" in parent["text"]
+    [summary] = wd.chat.thread(parent["ts"])
+    assert summary.startswith(":checkered_flag: alpha summary: finished · seen over ")
+    assert "steps 1 → 8 · loss 1.9 (best 1.9) ·" not in summary  # the best is said only when it was better
+    assert "steps 1 → 8 · loss 1.9 · 14.2K tok/s mean · no incidents" in summary, summary
+
+
+async def test_summary_false_posts_the_end_without_its_summary(lab, tmp_path):
+    wd = lab(alpha="summary = false")
+    assert wd.registry.runs["alpha"].summary is False
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        await wd.sweep()
+    log.write_text(OOM)
+    await wd.sweep()
+    [parent] = wd.chat.parents()
+    assert "OutOfMemoryError" in parent["text"] and wd.chat.thread(parent["ts"]) == []
+
+
+async def test_a_restarted_bot_still_knows_the_run_for_its_summary(lab, tmp_path):
+    wd = lab()
+    log = tmp_path / "alpha.log"
+    with writer_holding(log):
+        await wd.sweep()
+    await wd.stop()
+    wd.state_file.close()
+    again = lab()  # a new bot on the same state file: the tally comes back from the points
+    log.write_text(OOM)
+    await again.sweep()
+    [parent] = again.chat.parents()
+    [summary] = again.chat.thread(parent["ts"])
+    assert "steps 1 → 5 · loss 2.5 (best 2.1) · 14.2K tok/s mean" in summary, summary
 
 
 async def test_slack_down_keeps_messages_and_sends_each_once_in_order(lab, tmp_path):
@@ -162,7 +214,8 @@ async def test_slack_down_keeps_messages_and_sends_each_once_in_order(lab, tmp_p
     [parent] = wd.chat.parents()
     assert "silent" in parent["text"] and wd.chat.thread(parent["ts"]) and wd.ledger.pending() == []
     await wd.sweep()
-    assert len(wd.chat.posts) == 2
+    # The parent, the crash and the end-of-run summary: each once, in that order.
+    assert [p["text"].split(":")[2].strip()[:13] for p in wd.chat.posts] == ["alpha", "now crashed", "alpha summary"]
 
 
 async def test_a_post_in_doubt_is_looked_for_not_doubled(lab, tmp_path):
@@ -204,7 +257,9 @@ async def test_a_restart_posts_no_duplicate_and_keeps_the_thread(lab, tmp_path):
         assert len(chat.parents()) == 1
     log.write_text(OOM)
     await wd.sweep()
-    assert len(chat.parents()) == 1 and len(chat.thread(chat.parents()[0]["ts"])) == 1
+    [parent] = chat.parents()
+    crash, summary = chat.thread(parent["ts"])
+    assert "now crashed" in crash and "alpha summary: crashed" in summary
 
 
 async def test_unreachable_three_sweeps_in_a_row(lab, tmp_path):
@@ -419,8 +474,8 @@ async def test_a_late_parent_takes_its_thread_with_it_in_one_pass(lab, tmp_path)
         await wd.sweep()  # the parent fails
     log.write_text(OOM)
     chat.fail_next = 1
-    await wd.sweep()  # the crash reply and the edit queue behind it
-    assert [r.op for r in wd.ledger.pending("alpha")] == ["post", "reply", "update"]
+    await wd.sweep()  # the crash reply, its summary and the edit queue behind it
+    assert [r.op for r in wd.ledger.pending("alpha")] == ["post", "reply", "reply", "update"]
     wd.state_file.close()
     wd = lab(chat=chat)  # a restart once Slack is back: one delivery of alpha's queue
     await wd.deliver("alpha")

@@ -156,7 +156,10 @@ def test_serve_alerts_survive_kill_9_and_a_slack_outage(tmp_path):
             stub.wait_for(lambda: any("crashed" in t for t in thread(stub, ts)), timeout=20)
             bot.wait_sweeps(3)
             replies = thread(stub, ts)
-            assert sum("crashed" in t for t in replies) == 1 and "OutOfMemoryError" in replies[-1]
+            # The crash once, then the run's end-of-run summary once, last in the thread.
+            crash = [t for t in replies if "crashed" in t and "summary" not in t]
+            assert len(crash) == 1 and "OutOfMemoryError" in crash[0]
+            assert sum("dflash summary: crashed" in t for t in replies) == 1 and "summary" in replies[-1]
             assert parents(stub) == [parent]  # one incident, one thread, start to end
         finally:
             code = bot.stop()

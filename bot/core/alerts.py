@@ -232,6 +232,20 @@ def _flaps(s: RunState, actions: list[Action], bad: bool | None, problem: Concer
     return s, ([*crash, Update()] if crash else [])
 
 
+def told_end(actions: Iterable[Action], state: RunState) -> bool:
+    """Does this step tell that the run ended — finished, or a crash confirmed? (The moment for its summary:
+    the machine tells each once, so the summary goes out once, in the same thread.)"""
+    for a in actions:
+        if isinstance(a, Update):
+            continue
+        if a.note == "finished":
+            return True
+        concern = (a.concern if isinstance(a, Reply) else None) or state.concern
+        if a.note in ("opened", "changed", "reopened", "flapping") and concern is not None and concern.kind is Worry.CRASHED:
+            return True
+    return False
+
+
 def mute(prev: RunState | None, until: float | None, now: float, by: str | None = None) -> tuple[RunState, list[Action]]:
     """Mute a run until `until` (None: unmute). The parent is edited to say so."""
     state = prev or RunState()

@@ -104,3 +104,45 @@ def keep_recent(points: Sequence[Point], now: float) -> tuple[Point, ...]:
         return tuple(recent)
     stride = len(recent) / RECENT_MAX
     return tuple(recent[int(i * stride)] for i in range(RECENT_MAX - 1)) + (recent[-1],)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A run's current segment in a few numbers, kept up to date point by point (for its end-of-run summary)."""
+
+    segment: int
+    started: float  # the bot's clock at its first point: how long runbot watched it, not how long it ran
+    last_t: float
+    first_step: int | None = None
+    last_step: int | None = None
+    final_loss: float | None = None
+    best_loss: float | None = None
+    rate_sum: float = 0.0
+    rate_n: int = 0
+    unit: str | None = None
+
+    @property
+    def mean_rate(self) -> float | None:
+        return self.rate_sum / self.rate_n if self.rate_n else None
+
+
+def tally(old: Tally | None, points: Sequence[Point]) -> Tally | None:
+    """The tally with a probe's new points (oldest first); a new segment starts a new one. One Tally built per
+    probe, not per point: this runs for every run of every sweep."""
+    for i, p in enumerate(points):
+        if old is None or p.segment != old.segment:
+            return tally(Tally(p.segment, p.t, p.t), points[i:])
+    if old is None or not points:
+        return old
+    steps = [p.step for p in points if p.step is not None]
+    losses = [p.loss for p in points if p.loss is not None]
+    unit = old.unit or next((p.unit for p in points if p.rate is not None and p.phase is Phase.TRAINING), None)
+    rates = [p.rate for p in points if p.rate is not None and p.phase is Phase.TRAINING and p.unit == unit]
+    best = min(losses, default=None)
+    return Tally(
+        old.segment, old.started, max(old.last_t, points[-1].t),
+        old.first_step if old.first_step is not None else (steps[0] if steps else None),
+        steps[-1] if steps else old.last_step,
+        losses[-1] if losses else old.final_loss,
+        best if old.best_loss is None or (best is not None and best < old.best_loss) else old.best_loss,
+        old.rate_sum + sum(rates), old.rate_n + len(rates), unit)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 
-from bot.core.alerts import RunState
+from bot.core.alerts import RunState, Status
+from bot.core.verdict import Concern
 
 OPS = ("post", "reply", "update")
 
@@ -29,6 +30,8 @@ class Incident:
     channel: str
     parent_ts: str | None
     opened_at: float
+    concern: Concern | None = None  # what it is about (the worst told); None: the calm note of a finished run
+    closed_at: float | None = None  # told recovered or finished
 
 
 @dataclass(frozen=True)
@@ -145,11 +148,25 @@ class Ledger:
                 raise ValueError(f"cannot queue {m.op!r} (channel {m.channel!r})")
         self.states[run] = state
         self._changes.append(PutState(run, state))
-        return [self._queue(run, state.seq, m, now) for m in messages]
+        ids = [self._queue(run, state.seq, m, now, state.concern) for m in messages]
+        self._follow(run, state)
+        return ids
 
-    def _queue(self, run: str, seq: int, m: Outgoing, now: float) -> int:
+    def _follow(self, run: str, state: RunState) -> None:
+        """Keep the incident's own record current: its worst concern while open, when it closed (for /run history)."""
+        incident = self.incidents.get((run, state.seq))
+        if incident is None:
+            return
+        closed = state.closed_at if state.status in (Status.RESOLVED, Status.FINISHED) else None
+        concern = incident.concern
+        if state.status is Status.OPEN and state.concern is not None and (concern is None or state.concern.severity > concern.severity):
+            concern = state.concern
+        if (concern, closed) != (incident.concern, incident.closed_at):
+            self._put_incident(replace(incident, concern=concern, closed_at=closed))
+
+    def _queue(self, run: str, seq: int, m: Outgoing, now: float, concern: Concern | None = None) -> int:
         if m.op == "post":
-            self._put_incident(Incident(run, seq, m.channel, None, now))  # type: ignore[arg-type]
+            self._put_incident(Incident(run, seq, m.channel, None, now, concern))  # type: ignore[arg-type]
         elif m.op == "update":  # an edit shows the whole current state: an older unsent edit is moot
             moot = tuple(i for i, x in self.messages.items()
                          if x.run == run and x.seq == seq and x.op == "update" and x.sent_at is None)

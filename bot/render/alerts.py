@@ -18,6 +18,7 @@ from bot.render.slack import (
     section,
     verdict_blocks,
 )
+from bot.core.history import Tally
 from bot.core.verdict import Concern, Phase, Verdict, Worry
 
 MUTE_FOR_S = 3600.0  # the alert's Mute button
@@ -214,3 +215,30 @@ def watch_outcome(verdict: Verdict, started: float, now: float, limit: float) ->
         return "finished"
     return "timeout" if now - started >= limit else None
 
+
+# --- the end-of-run summary -------------------------------------------------------------------
+
+
+def summary(run: str, tally: Tally | None, verdict: Verdict | None, incidents: int) -> dict:
+    """One message when a run ends: the time between the first and last steps runbot saw, how far it got, its loss (final and best), its
+    mean rate, the incidents it had before. `incidents` does not count the one telling the end."""
+    crashed = verdict is not None and verdict.phase is Phase.CRASHED
+    parts = ["crashed" if crashed else "finished"]
+    if tally is not None:
+        parts.append(f"seen over {hz.duration(tally.last_t - tally.started)}")
+        if tally.first_step is not None and tally.last_step is not None and tally.last_step > tally.first_step:
+            parts.append(f"steps {tally.first_step} → {tally.last_step}")
+        elif tally.last_step is not None:
+            parts.append(f"step {tally.last_step}")
+        if tally.final_loss is not None:
+            best = tally.best_loss
+            parts.append(f"loss {hz.number(tally.final_loss)}"
+                         + (f" (best {hz.number(best)})" if best is not None and best < tally.final_loss else ""))
+        if tally.mean_rate is not None:
+            parts.append(f"{hz.count(tally.mean_rate)} {tally.unit or 'it/s'} mean")
+    else:
+        parts.append("no steps seen")
+    parts.append({0: "no incidents"}.get(incidents, f"{incidents} incident{'s' if incidents != 1 else ''}")
+                 + (" before it" if crashed else ""))
+    text = f"{EMOJI['crit' if crashed else 'finished']} {safe(run)} summary: " + " · ".join(safe(p) for p in parts)
+    return {"text": text, "blocks": [section(text)]}

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Mapping
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from handlers import actions, commands, plot, watch
+from handlers import actions, commands, history, plot, watch
 from bot.probe.checkup import check_within
 from bot.service.slack_http import web_api_retries
 from bot.probe.targets import Targets
@@ -24,7 +24,7 @@ from config.settings import Settings
 log = logging.getLogger("runbot.app")
 
 # The listener modules, each with register(app); their subcommands are listed in /run help in this order.
-LISTENERS = (commands, actions, watch, plot)
+LISTENERS = (commands, actions, watch, plot, history)
 
 # A probe that overruns its own timeout by this much is abandoned (the runner should have stopped it).
 # Probes running at once; more wait their turn. A local probe costs ~85 ms of CPU in bash and its

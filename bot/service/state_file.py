@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from bot.core.history import Point
+from bot.core.history import Point, Tally
 from bot.core.ledger import Ledger
 from bot.service.store import Store, StoreError
 
@@ -65,6 +65,7 @@ class StateFile:
         self._lost = False  # the file was deleted or replaced under the bot (said once the rewrite is done)
         self._header_checked = time.monotonic()
         self._points: list[tuple[str, Point]] = []  # the runs' new points, written with the next flush
+        self._tallies: dict[str, Tally] = {}  # and each run's latest tally
         self.retention: tuple[float, float, float] | None = None  # (full, every, keep) seconds: pruned hourly
         self._pruned = 0.0
 
@@ -135,7 +136,6 @@ class StateFile:
         if self._busy is not None and not self._busy.done():
             return False  # a write is stuck (a frozen disk): do not pile more on it
         changes = self.ledger.take_changes()
-        points, self._points = self._points, []
         if time.monotonic() - self._header_checked >= HEADER_CHECK_EVERY_S:
             self._header_checked = time.monotonic()
             if self.path.exists() and not _looks_like_sqlite(self.path):
@@ -143,24 +143,30 @@ class StateFile:
         if not self._lost and _identity(self.path) != self._identity:
             self._lost, self._rewrite = True, True
             log.error("state file %s was deleted or replaced while runbot was running; rewriting it from memory", self.path)
+        points: list[tuple[str, Point]] = []
+        tallies: dict[str, Tally] = {}
         if self._rewrite or self.fault is not None:
             snapshot = self.ledger.snapshot()  # taken here: the loop goes on changing the ledger meanwhile
             job: Callable[[], None] = lambda: self._write_all(snapshot)  # noqa: E731
-        elif not changes and not points and not self._prune_due():
+        elif not changes and not self._points and not self._tallies and not self._prune_due():
             return True
         else:
             prune = self._prune_due()
-            job = lambda: self._apply(changes, points, prune)  # noqa: E731
+            points, self._points, tallies, self._tallies = self._points, [], self._tallies, {}
+            job = lambda: self._apply(changes, points, list(tallies.items()), prune)  # noqa: E731
         self._busy = asyncio.get_running_loop().run_in_executor(self._pool, job)
         try:
             await asyncio.wait_for(asyncio.shield(self._busy), self.deadline)
         except asyncio.TimeoutError:
+            self._requeue(points, tallies)
             self._fail(f"a write to {self.path} took longer than {self.deadline:g} s")
             return False
         except sqlite3.DatabaseError as exc:
+            self._requeue(points, tallies)
             self._fail(f"{self.path}: {exc}", corrupt=not isinstance(exc, sqlite3.OperationalError))
             return False
         except (sqlite3.Error, OSError, ValueError) as exc:
+            self._requeue(points, tallies)
             self._fail(f"{self.path}: {exc}")
             return False
         self._recovered()
@@ -168,12 +174,21 @@ class StateFile:
 
     # --- the runs' memory ----------------------------------------------------------------------
 
-    def record(self, run: str, points: Sequence[Point]) -> None:
-        """Queue a run's new points for the next flush (one transaction with the sweep's decisions). While
-        the disk fails the queue is bounded: history is kept best-effort, alerts are not."""
+    def record(self, run: str, points: Sequence[Point], tally: Tally | None = None) -> None:
+        """Queue a run's new points (and its tally) for the next flush (one transaction with the sweep's
+        decisions). While the disk fails the queue is bounded: history is kept best-effort, alerts are not."""
         self._points.extend((run, p) for p in points)
+        if tally is not None:
+            self._tallies[run] = tally
         if len(self._points) > MAX_QUEUED_POINTS:
             del self._points[: len(self._points) - MAX_QUEUED_POINTS]
+
+    def _requeue(self, points: list[tuple[str, Point]], tallies: dict[str, Tally]) -> None:
+        """A write that failed gives its points back, ahead of the newer ones (a write that only timed out may
+        still land: rows are keyed by run and second, so writing them twice is harmless)."""
+        self._points[:0] = points
+        del self._points[: max(0, len(self._points) - MAX_QUEUED_POINTS)]
+        self._tallies = {**tallies, **self._tallies}
 
     async def read(self, query: Callable[[Store], T]) -> T | None:
         """Run a read of the file in its worker thread, within the deadline; None when it cannot be read."""
@@ -188,9 +203,10 @@ class StateFile:
     def _prune_due(self) -> bool:
         return self.retention is not None and time.time() - self._pruned >= PRUNE_EVERY_S
 
-    def _apply(self, changes: list, points: list[tuple[str, Point]], prune: bool) -> None:
+    def _apply(self, changes: list, points: list[tuple[str, Point]], tallies: list[tuple[str, Tally]],
+               prune: bool) -> None:
         """In the worker thread: one transaction for the decisions and the points; the hourly retention after."""
-        self._store.apply(changes, points)  # type: ignore[union-attr]
+        self._store.apply(changes, points, tallies)  # type: ignore[union-attr]
         if prune and self.retention is not None:
             self._pruned = time.time()
             self._store.prune(self._pruned, *self.retention)  # type: ignore[union-attr]

@@ -231,6 +231,10 @@ class Watchdog:
                 concern = getattr(action, "concern", None) or new.concern
                 messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel,
                                          priority=concern.severity if concern is not None else 0))
+        if messages and getattr(run, "summary", False) and alerts.told_end(actions, new):
+            # Right after the message that tells the end, before the parent's edit: the thread reads in order.
+            last_said = max(i for i, m in enumerate(messages) if m.op != "update")
+            messages.insert(last_said + 1, self._summary(run.name, new, verdict))
         if run.alert_channel is None:
             messages = []
         old = self.states.get(run.name)
@@ -244,6 +248,13 @@ class Watchdog:
             said = ", ".join(f"{type(a).__name__.lower()} {getattr(a, 'note', '')}".strip() for a in actions)
             log.info("%s: %s (now %s)", run.name, said, new.status.value)
         return ids
+
+    def _summary(self, run_name: str, state: RunState, verdict: Verdict | None) -> Outgoing:
+        """The end-of-run summary, a reply in the thread that tells the end (once: the machine tells each end once)."""
+        tally = self.history.tally(run_name)
+        since = tally.started if tally is not None else math.inf
+        earlier = sum(1 for i in self.ledger.incidents.values() if i.run == run_name and i.seq != state.seq and i.opened_at >= since)
+        return Outgoing("reply", render_alerts.summary(run_name, tally, verdict, earlier))
 
     # --- delivery -----------------------------------------------------------------------------
 
