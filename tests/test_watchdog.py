@@ -642,3 +642,21 @@ def test_the_printing_chat_shows_a_slack_dates_fallback():
 
     assert terminal("muted until <!date^1800003600^{time}|09:00 UTC> by <@U1> &amp; co\nmore") == \
         "muted until 09:00 UTC by <@U1> & co"
+
+
+async def test_a_quiet_sweep_writes_every_runs_points_in_one_transaction(lab, tmp_path, monkeypatch):
+    from bot.service.store import Store
+
+    wd = lab()
+    writes = []
+    real = Store.apply
+    monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=(): (
+        writes.append((len(list(changes)), sorted(r for r, _ in points))), real(self, changes, points, tallies))[1])
+    with writer_holding(tmp_path / "alpha.log"):
+        await wd.sweep()  # the first sweep: both runs' first states are decisions, written as they come
+        writes.clear()
+        for log in ("alpha", "beta"):
+            steps_again(tmp_path / f"{log}.log")
+        await wd.sweep()  # nothing to decide: the two runs' points, one write
+    assert writes == [(0, ["alpha", "beta"])]
+    assert [p.step for p in wd.state_file._store.points("alpha", 0)][-1] == 8

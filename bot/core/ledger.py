@@ -132,6 +132,11 @@ class Ledger:
         """A copy to write from another thread (rows are frozen; only the tables are copied)."""
         return Ledger(dict(self.states), dict(self.incidents), dict(self.messages), dict(self.watch_rows))
 
+    @property
+    def changed(self) -> bool:
+        """Are there row changes not yet taken (decisions the file does not hold)?"""
+        return bool(self._changes)
+
     def take_changes(self) -> list[Change]:
         changes, self._changes = self._changes, []
         return changes

@@ -116,8 +116,11 @@ class StateFile:
     def healthy(self) -> bool:
         return self.fault is None
 
-    async def flush(self) -> bool:
+    async def flush(self, *, decisions_only: bool = False) -> bool:
         """Write what changed since the last flush; True when the file now holds the whole ledger.
+
+        `decisions_only`: write only when the ledger changed (the queued points then go along); points
+        alone wait for the next full flush, so a sweep's history is one transaction, not one a run.
 
         Never raises, and waits at most about two deadlines (its turn, then its write). While the
         disk fails this returns False and the ledger keeps everything; each call tries again
@@ -128,13 +131,15 @@ class StateFile:
         except asyncio.TimeoutError:
             return False
         try:
-            return await self._flush()
+            return await self._flush(decisions_only)
         finally:
             self._turn.release()
 
-    async def _flush(self) -> bool:
+    async def _flush(self, decisions_only: bool = False) -> bool:
         if self._busy is not None and not self._busy.done():
             return False  # a write is stuck (a frozen disk): do not pile more on it
+        if decisions_only and not self.ledger.changed and not self._rewrite and self.fault is None:
+            return True
         changes = self.ledger.take_changes()
         if time.monotonic() - self._header_checked >= HEADER_CHECK_EVERY_S:
             self._header_checked = time.monotonic()
