@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import time
@@ -15,7 +16,7 @@ from bot.render import chart as render_chart
 from bot.render import slack as render_slack
 from bot.render import text as render_text
 from bot.probe import replay
-from bot.probe.checkup import RUNS_AT_ONCE, check
+from bot.probe.scheduler import Scheduler
 from bot.probe.targets import Targets
 from bot.service.history import History
 from bot.service.state_file import StateFile, StateFileError
@@ -145,19 +146,14 @@ async def _check_all(registry: Registry, save: Path | None, state_db: str | None
 
 
 async def _check(registry: Registry, runs: list[Run], save: Path | None, state_db: str | None) -> list[tuple[str, Verdict]]:
-    """Probe the runs; with RUNBOT_STATE_DB set, read their memory for trends and add what this probe saw to it."""
+    """Probe the runs through the one scheduler (its caps bound `runs`); with RUNBOT_STATE_DB set, read their
+    memory for trends and add what this probe saw to it."""
     targets = Targets(registry)
     memory = _memory(state_db)
-    gate = asyncio.Semaphore(RUNS_AT_ONCE)
+    scheduler = Scheduler(registry, targets, history=memory, save_probe=save)
 
     async def one(run: Run) -> tuple[str, Verdict]:
-        async with gate:
-            recent = memory.recent(run.name) if memory is not None else ()
-            verdict = await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save,
-                                  history=recent)
-        if memory is not None:
-            memory.record(run.name, verdict)
-        return run.name, verdict
+        return run.name, await scheduler.check(run, wait=math.inf)  # every run answers, however many there are
 
     try:
         return list(await asyncio.gather(*(one(r) for r in runs)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.render import slack as render_slack
-from bot.probe.checkup import RUNS_AT_ONCE
 from bot.service.slack_http import response_url_retries
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
 from config.registry import Registry, Run, UnknownRun
@@ -164,11 +164,8 @@ async def runs(req: CommandRequest) -> Reply:
     allowed = req.allowed_runs()
     if req.registry.runs and not allowed:
         raise NotAllowed("runs")
-    gate = asyncio.Semaphore(RUNS_AT_ONCE)
-
-    async def one(run: Run) -> tuple[str, Verdict]:
-        async with gate:
-            return run.name, await req.services.check(run)
+    async def one(run: Run) -> tuple[str, Verdict]:  # the scheduler bounds how many run at once
+        return run.name, await req.services.check(run, wait=math.inf)  # every run answers, however long the list
 
     rows = await asyncio.gather(*(one(r) for r in allowed))
     return req.reply(render_slack.runs_message(rows))

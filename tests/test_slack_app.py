@@ -18,7 +18,8 @@ from aiohttp import web
 
 from bot.render import slack as rs
 from bot.service import app as app_module
-from bot.service.app import FRESH_S, build_app, make_services
+from bot.probe.scheduler import FRESH_S
+from bot.service.app import build_app, make_services
 from bot.service.serve import JsonLines, http_runner
 from config.registry import load_registry
 from config.settings import Settings

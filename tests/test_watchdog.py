@@ -276,23 +276,21 @@ async def test_unreachable_three_sweeps_in_a_row(lab, tmp_path):
     assert "did not answer" in wd.chat.parents()[0]["text"]
 
 
-async def test_a_stuck_probe_delays_only_its_own_run(lab, tmp_path):
+async def test_a_stuck_probe_holds_up_only_its_own_runs_and_not_the_sweep(lab, tmp_path):
+    # alpha and beta live on this machine: one probe reads both (tests/test_scheduler.py shows other
+    # containers going on without them). A probe that never answers costs the sweep its `wait`, no more.
     wd = lab(timeout="30s")
-    real = wd.targets
 
     class Stuck:
         async def run(self, script, *, timeout):
             await asyncio.sleep(3600)
 
-    wd.targets = type("T", (), {"runner_for": lambda self, run: Stuck() if run.name == "beta" else real.runner_for(run)})()
-    silent(tmp_path / "alpha.log")  # no writer and no traceback: stopped
+    wd.targets = type("T", (), {"runner_for": lambda self, run: Stuck()})()
     started = time.monotonic()
     report = await wd.sweep(wait=1.0)
-    assert time.monotonic() - started < 3 and report.probed == 2
-    [parent] = wd.chat.parents()
-    assert parent["text"].startswith(":red_circle: alpha: stopped")
+    assert time.monotonic() - started < 3 and report.probed == 2 and wd.chat.posts == []
     report = await wd.sweep(wait=1.0)
-    assert report.still_running == ("beta",) and report.probed == 1
+    assert report.still_running == ("alpha", "beta") and report.probed == 0
     await wd.stop()
 
 

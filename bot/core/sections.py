@@ -51,6 +51,28 @@ def split_sections(stdout: bytes, nonce: str) -> Sections:
     return Sections(parts)
 
 
+SHARED = frozenset({"gpus", "end"})  # what a group probe reads once for all its runs
+_RUN = re.compile(r"run (\d+)\Z")
+
+
+def split_runs(stdout: bytes, nonce: str, count: int) -> list[Sections]:
+    """A group probe's output as one Sections per run, in the order the script listed them: each run's own
+    parts after its `run N` marker, and the parts all share (SHARED). Output without run markers (a probe
+    saved by an older runbot) is one run's. A run the output never reached gets only the shared parts."""
+    own: list[dict[str, bytes]] = [{} for _ in range(count)]
+    shared: dict[str, bytes] = {}
+    current: dict[str, bytes] | None = own[0] if count == 1 else None
+    for chunk in (b"\n" + stdout).split(marker(nonce))[1:]:
+        name, _, body = chunk.partition(b"\n")
+        key = name.decode("ascii", "replace").strip()
+        if (m := _RUN.match(key)) is not None:
+            current = own[int(m[1])] if int(m[1]) < count else {}  # a run beyond those asked about: set aside
+        elif _NAME.match(key):
+            into = shared if key in SHARED or current is None else current
+            into.setdefault(key, body)
+    return [Sections({**shared, **parts}) for parts in own]
+
+
 _NOW = re.compile(rb"^now=([0-9.]+)$", re.M)
 _PS_LINE = re.compile(rb"^([ \t]*\d+[ \t]+)(\d+)([ \t])", re.M)  # `ps -o pid=,etimes=,args=`
 

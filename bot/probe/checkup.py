@@ -8,20 +8,19 @@ import logging
 import secrets
 import time
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Callable, Protocol
 
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
 from bot.core.history import Point
-from bot.core.sections import moved_on, split_sections
-from bot.probe.script import ProbeTarget, build_script
+from bot.core.sections import moved_on, split_runs
+from bot.probe.script import ProbeTarget, build_group_script, build_script
 from bot.probe.runners import RunResult, Runner
 from bot.core.verdict import Verdict
 from config.validate import compile_step_pattern
 
 DEFAULT_TIMEOUT_S = 30.0
-RUNS_AT_ONCE = 32  # probes at once for `runs` (CLI and Slack): bounded, so 200 runs do not fork 200 bashes
 PROBE_GRACE_S = 5.0  # past the probe's own timeout, before its caller gives up on it
 log = logging.getLogger(__name__)
 
@@ -34,16 +33,31 @@ def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previo
                         later: float = 0.0, history: Sequence[Point] = ()) -> Verdict:
     """Turn a finished probe into a verdict (pure; replays and tests run captured probes through it).
     `later`: read it that many seconds on, as if the run had frozen since."""
+    [verdict] = verdicts_from_output([run], result, nonce, {run.name: previous} if previous else {}, later=later,
+                                     histories={run.name: history})
+    return verdict
+
+
+def verdicts_from_output(runs: Sequence[CheckableRun], result: RunResult, nonce: str,
+                         previous: Mapping[str, Verdict] | None = None, *, later: float = 0.0,
+                         histories: Mapping[str, Sequence[Point]] | None = None) -> list[Verdict]:
+    """A group probe's verdicts, one per run in order: a failed round trip fails them all, anything else is
+    each run's own (one unreadable log, one run the probe never reached, does not fail its neighbours)."""
     if result.failure:
-        return unreachable(run, result.failure, result.failure_kind)
-    sections = moved_on(split_sections(result.stdout, nonce), later)
-    if "meta" not in sections.parts:
-        err = result.stderr.decode("utf-8", "replace").strip().splitlines()
-        why = err[-1] if err else f"exit status {result.exit_status}"
-        return unreachable(run, f"the probe did not run: {why[:200]}", "probe")
-    custom = compile_step_pattern(run.step_pattern) if run.step_pattern else None
-    evidence = read_evidence(sections, run.log, custom)
-    return diagnose(evidence, run, previous=previous, history=history)
+        return [unreachable(run, result.failure, result.failure_kind) for run in runs]
+    previous, histories = previous or {}, histories or {}
+    out = []
+    for run, sections in zip(runs, split_runs(result.stdout, nonce, len(runs))):
+        sections = moved_on(sections, later)
+        if "meta" not in sections.parts:
+            err = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = err[-1] if err else f"exit status {result.exit_status}"
+            out.append(unreachable(run, f"the probe did not run: {why[:200]}", "probe"))
+            continue
+        custom = compile_step_pattern(run.step_pattern) if run.step_pattern else None
+        evidence = read_evidence(sections, run.log, custom)
+        out.append(diagnose(evidence, run, previous=previous.get(run.name), history=histories.get(run.name, ())))
+    return out
 
 
 async def check(
@@ -73,17 +87,41 @@ async def check_within(
     timeout: float,
     previous: Verdict | None = None,
     history: Sequence[Point] = (),
+    save_probe: Path | None = None,
 ) -> Verdict:
     """check(), but it always answers: a hard deadline a little past the probe's own timeout, and
     any failure (setting up the runner included) as an unreachable verdict, never an exception."""
     try:
-        return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous, history=history),
-                                      timeout + PROBE_GRACE_S)
+        return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous, history=history,
+                                            save_probe=save_probe), timeout + PROBE_GRACE_S)
     except asyncio.TimeoutError:
         return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - said in the verdict, logged for us
         log.exception("probe of %s failed", run.name)
         return unreachable(run, f"the probe failed: {type(exc).__name__}: {exc}"[:300], "probe")
+
+
+async def check_group_within(
+    runs: Sequence[CheckableRun],
+    runner_for: Callable[[CheckableRun], Runner],
+    *,
+    timeout: float,
+    previous: Mapping[str, Verdict] | None = None,
+    histories: Mapping[str, Sequence[Point]] | None = None,
+) -> list[Verdict]:
+    """Runs that share a container (or a host) probed by one script in one round trip; always answers, like
+    check_within: a deadline a little past the timeout, any failure as every run's unreachable verdict."""
+    nonce = secrets.token_hex(8)
+    try:
+        result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout),
+                                        timeout + PROBE_GRACE_S)
+        return await asyncio.to_thread(verdicts_from_output, runs, result, nonce, previous, histories=histories)
+    except asyncio.TimeoutError:
+        why, kind = f"the probe of {len(runs)} runs gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout"
+    except Exception as exc:  # noqa: BLE001 - said in the verdicts, logged for us
+        log.exception("probe of %s failed", ", ".join(r.name for r in runs))
+        why, kind = f"the probe failed: {type(exc).__name__}: {exc}"[:300], "probe"
+    return [unreachable(run, why, kind) for run in runs]
 
 
 def save_capture(folder: Path, run_name: str, nonce: str, result: RunResult) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from typing import Protocol
 
 from bot.core.formats import step_grep_ere
@@ -35,7 +36,13 @@ class ProbeTarget(Protocol):
 
 
 def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYTES) -> str:
-    """The whole probe for one run as one bash script.
+    """The whole probe for one run as one bash script: a group of one (see build_group_script)."""
+    return build_group_script([run], nonce, window_bytes=window_bytes)
+
+
+def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes: int = WINDOW_BYTES) -> str:
+    """The probe for runs that share a container (or a host) as one bash script: one pass over /proc, one set
+    of GPU readings, then each run's own sections after a `run N` marker (bot.core.sections.split_runs).
 
     Every section starts on a marker line `@@RB:<nonce>@@ <name>` that a log cannot forge
     (the nonce is fresh per probe). Each part's exit status and stderr come back as sections
@@ -43,15 +50,15 @@ def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYT
     """
     if not re.fullmatch(r"[A-Za-z0-9]{8,64}", nonce):
         raise ValueError("nonce must be 8-64 letters or digits")
-    samples = max(1, int(run.gpu_samples))
+    if not runs:
+        raise ValueError("a probe needs at least one run")
+    samples = max(1, max(int(run.gpu_samples) for run in runs))  # the GPUs are shared: read them once, for all
     # Readings spread over about a second; nvidia-smi itself takes ~50-100 ms a call.
     interval = 0.0 if samples == 1 else max(0.02, round(1.0 / (samples - 1) - 0.06, 3))
     caps = " ".join(str(c) for c in STEP_SEARCH_BYTES)
     values = {
-        "LOG": run.log,
         "NONCE": nonce,
         "WINDOW": str(int(window_bytes)),
-        "STEP_ERE": step_grep_ere(run.step_pattern),
         "CAPS": caps,
         "GPU_N": str(samples),
         "GPU_GAP": f"{interval:g}",
@@ -61,8 +68,11 @@ def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYT
         "LINE_CAP": str(LINE_CAP),
         "MOVED_WINDOW": str(MOVED_WINDOW_BYTES),
     }
-    assigns = "\n".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
-    return f"{assigns}\n{_BODY}"
+    assigns = [f"{k}={shlex.quote(v)}" for k, v in values.items()]
+    # Each run's own values as array elements, each quoted: the body indexes them, never splices them.
+    assigns.append("LOGS=(" + " ".join(shlex.quote(run.log) for run in runs) + ")")
+    assigns.append("STEP_ERES=(" + " ".join(shlex.quote(step_grep_ere(run.step_pattern)) for run in runs) + ")")
+    return "\n".join(assigns) + "\n" + _BODY
 
 
 # The script body is constant: only the assignments above vary, so nothing from a run's
@@ -121,23 +131,32 @@ steps() {
   echo "cap=$cap"
 }
 
-writers() {
-  [ -e "$LOG" ] || return 0
-  local fd d n pid flags k v seen=' ' pids='' hidden=0
+scan() {  # one pass over /proc for the whole group: who holds each log open for writing, what cannot be seen
+  local d fd pid n flags k v i
+  HIDDEN=0; WPIDS=()
   # A probe that may not look into other users' fds cannot tell "no writer" from "not allowed
   # to see it": count what it could not read, so the diagnosis does not call the run stopped.
   # (A process that exits between the glob and the test is gone, not hidden.)
-  for d in /proc/[0-9]*/fd; do [[ -r $d && -x $d ]] || [[ ! -e $d ]] || hidden=$((hidden + 1)); done
-  echo "# hidden $hidden"
+  for d in /proc/[0-9]*/fd; do [[ -r $d && -x $d ]] || [[ ! -e $d ]] || HIDDEN=$((HIDDEN + 1)); done
+  for i in "${!LOGS[@]}"; do WPIDS[i]=' '; done
   for fd in /proc/[0-9]*/fd/*; do
-    [[ $fd -ef $LOG ]] || continue
-    pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}
-    flags=0
-    while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$pid/fdinfo/$n" 2>/dev/null
-    (( (8#$flags & 3) == 0 )) && continue   # opened read-only: a reader (tail -f), not the writer
-    case $seen in *" $pid "*) continue ;; esac
-    seen="$seen$pid "; pids="$pids${pids:+,}$pid"
+    for i in "${!LOGS[@]}"; do
+      [[ $fd -ef ${LOGS[i]} ]] || continue
+      pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}
+      flags=0
+      while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$pid/fdinfo/$n" 2>/dev/null
+      (( (8#$flags & 3) == 0 )) && continue   # opened read-only: a reader (tail -f), not the writer
+      case ${WPIDS[i]} in *" $pid "*) continue ;; esac
+      WPIDS[i]="${WPIDS[i]}$pid "
+    done
   done
+}
+
+writers() {
+  [ -e "$LOG" ] || return 0
+  local pids=${WPIDS[R]# }
+  pids=${pids% }; pids=${pids// /,}
+  echo "# hidden $HIDDEN"
   if [ -z "$pids" ]; then moved || near; return 0; fi
   ps -o pid=,etimes=,args= -p "$pids" | cut -c "1-$LINE_CAP"
 }
@@ -209,12 +228,17 @@ procs() {
     | grep -aE -- "$PROC_HINT" | grep -v -e "$NONCE" | head -n 20 | cut -c 1-300
 }
 
-exec 4< <(gpu_rounds)   # GPU sampling takes ~1 s: let it run while the log is read
-part meta meta
-part window window
-part steps steps
-part writers writers
-part procs procs
+exec 4< <(gpu_rounds)   # GPU sampling takes ~1 s: let it run while the logs are read
+scan
+for R in "${!LOGS[@]}"; do
+  LOG=${LOGS[R]}; STEP_ERE=${STEP_ERES[R]}
+  mark "run $R"
+  part meta meta
+  part window window
+  part steps steps
+  part writers writers
+  part procs procs
+done
 mark gpus; cat <&4
 mark end
 """

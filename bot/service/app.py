@@ -14,8 +14,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from handlers import actions, commands, history, plot, watch
-from bot.probe.checkup import check_within
 from bot.service.slack_http import web_api_retries
+from bot.probe.scheduler import Priority, Scheduler
 from bot.probe.targets import Targets
 from bot.core.verdict import Verdict
 from config.registry import ConfigError, Registry, Run
@@ -26,18 +26,6 @@ log = logging.getLogger("runbot.app")
 # The listener modules, each with register(app); their subcommands are listed in /run help in this order.
 LISTENERS = (commands, actions, watch, plot, history)
 
-# A probe that overruns its own timeout by this much is abandoned (the runner should have stopped it).
-# Probes running at once; more wait their turn. A local probe costs ~85 ms of CPU in bash and its
-# children and ~20-40 ms of parsing in this process: on 2 cores, 50 at once pushed the ack p99 to
-# 1.2 s, 16 to 280 ms, 8 to 70 ms (bench/slack_ack.py --runs 50). Acks come first: Slack drops a
-# command it has not heard back about in 3 s.
-PROBES_AT_ONCE = max(8, 4 * (os.cpu_count() or 2))
-# A verdict this young answers anyone else who asks about the run: 200 `/run runs` in 10 s over
-# 20 runs are then a probe of each run every few seconds, not one per command (answer p99 2.7 s
-# -> see bench/slack_ack.py --command runs). Short enough that "4 s ago" is still true.
-FRESH_S = 3.0
-
-
 @dataclass
 class Services:
     """Everything a listener (or the watchdog) needs; no globals."""
@@ -47,48 +35,26 @@ class Services:
     chat: AsyncWebClient  # the Web API client (base_url and retry handlers already set)
     store: Any = None  # the watchdog's incident store
     watchdog: Any = None
-    history: Any = None  # bot.service.history.History: each run's memory (None: not kept, a CLI call)
+    scheduler: Scheduler | None = None  # every probe goes through it (made from targets when not given)
     clock: Callable[[], float] = time.time
     pending: set = field(default_factory=set, repr=False)  # listener tasks still working, for a clean stop
-    probes: int = PROBES_AT_ONCE
-    _inflight: dict = field(default_factory=dict, repr=False)  # run name -> the probe running for it
-    _recent: dict = field(default_factory=dict, repr=False)  # run name -> (verdict, time.monotonic() it came)
-    _gate: asyncio.Semaphore | None = field(default=None, repr=False)
 
-    async def check(self, run: Run, previous: Verdict | None = None) -> Verdict:
-        """Probe one run; whatever goes wrong comes back as a verdict, never as an exception.
+    def __post_init__(self) -> None:
+        if self.scheduler is None:
+            self.scheduler = Scheduler(self.registry, self.targets)
 
-        Everyone who asks about a run while a probe of it is running, or within FRESH_S of its
-        answer, gets that probe's answer (a team pressing Refresh after an alert costs the training
-        host one probe, not twenty). A caller with a `previous` verdict (the watchdog) always gets
-        a probe of its own.
-        """
-        if previous is not None:
-            return await self._probe(run, previous)
-        recent = self._recent.get(run.name)
-        if recent is not None and time.monotonic() - recent[1] < FRESH_S:
-            return recent[0]
-        running = self._inflight.get(run.name)
-        if running is None:
-            running = self._inflight[run.name] = asyncio.ensure_future(self._probe(run, None))
-            running.add_done_callback(lambda done: self._settled(run.name, done))
-        return await asyncio.shield(running)  # a caller that gives up must not cancel the others' probe
+    @property
+    def history(self) -> Any:
+        """bot.service.history.History: each run's memory, which the scheduler adds every probe to (None: not kept)."""
+        return self.scheduler.history  # type: ignore[union-attr]
 
-    def _settled(self, name: str, done: asyncio.Future) -> None:
-        self._inflight.pop(name, None)
-        if not done.cancelled() and done.exception() is None:
-            self._recent[name] = (done.result(), time.monotonic())
+    @history.setter
+    def history(self, memory: Any) -> None:
+        self.scheduler.history = memory  # type: ignore[union-attr]
 
-    async def _probe(self, run: Run, previous: Verdict | None) -> Verdict:
-        if self._gate is None:
-            self._gate = asyncio.Semaphore(self.probes)
-        async with self._gate:
-            recent = self.history.recent(run.name) if self.history is not None else ()
-            verdict = await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
-                                         previous=previous, history=recent)
-        if self.history is not None:
-            self.history.record(run.name, verdict)
-        return verdict
+    async def check(self, run: Run, *, wait: float | None = None) -> Verdict:
+        """A person's question about one run: served before sweeps, shared with others asking (see Scheduler)."""
+        return await self.scheduler.check(run, priority=Priority.ASK, wait=wait)  # type: ignore[union-attr]
 
     @contextlib.contextmanager
     def tracking(self) -> Iterator[None]:

@@ -16,7 +16,7 @@ from bot.core import alerts
 from bot.render import alerts as render_alerts
 from bot.core.alerts import Policy, Post, RunState, Seen, Update
 from bot.service.chat import Chat, ChatError, SlackChat
-from bot.probe.checkup import check_within
+from bot.probe.scheduler import Priority, Scheduler, batches
 from bot.core.budget import RESERVED, Bucket
 from bot.core.ledger import Outgoing, Pending, Watch
 from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
@@ -27,7 +27,6 @@ from config.registry import LOCAL, Registry, Run
 
 log = logging.getLogger("runbot.watchdog")
 
-LOCAL_PROBES = 16  # concurrent probes on this machine (SSH hosts use their own max_channels)
 CHAT_CONCURRENCY = 4  # Slack calls at once: a burst of alerts should meet rate limits gently
 WATCH_EVERY_S = 3.0
 WATCH_LIMIT_S = 1800.0
@@ -51,11 +50,13 @@ class Watchdog:
 
     def __init__(self, registry: Registry, targets: Any, state_file: StateFile, chat: Chat, *,
                  clock: Callable[[], float] = time.time, tz: tzinfo | None = None, policy: Policy | None = None,
-                 local_probes: int = LOCAL_PROBES, watch_every: float = WATCH_EVERY_S,
-                 history: History | None = None) -> None:
-        self.registry, self.targets, self.state_file, self.chat = registry, targets, state_file, chat
-        # Each run's memory: the diagnosis reads it (trends, slowness), every probe adds to it.
-        self.history = history if history is not None else History(state_file, clock=clock, runs=list(registry.runs))
+                 watch_every: float = WATCH_EVERY_S, scheduler: Scheduler | None = None) -> None:
+        self.registry, self.state_file, self.chat = registry, state_file, chat
+        # Every probe goes through the one scheduler (the Slack app's, in `runbot serve`), which adds what
+        # it saw to each run's memory: the diagnosis reads it (trends, slowness), the summaries too.
+        if scheduler is None:
+            scheduler = Scheduler(registry, targets, history=History(state_file, clock=clock, runs=list(registry.runs)))
+        self.probes = scheduler  # (self.scheduler is APScheduler's, which runs the sweeps)
         self.ledger = state_file.ledger  # every question and change goes here, in memory; flush() makes it durable
         self.clock, self.tz, self.watch_every = clock, tz, watch_every
         self.policy = policy or Policy(remind_every=registry.bot.remind_every, flap_window=registry.bot.flap_window,
@@ -63,8 +64,6 @@ class Watchdog:
         self.states: dict[str, RunState] = self.ledger.states
         self.verdicts: dict[str, Verdict] = {}  # the latest, for the parent's evidence and "since last check"
         self.scheduler = None
-        self._gates = {name: asyncio.Semaphore(h.max_channels) for name, h in registry.hosts.items()}
-        self._gates[LOCAL] = asyncio.Semaphore(local_probes)
         self._inflight: dict[str, asyncio.Task] = {}
         self._sending: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._slack_down = False  # this sweep: Slack failed, send no more until the next
@@ -170,7 +169,7 @@ class Watchdog:
 
     def _groups(self) -> list[tuple[str | None, list[Run]]]:
         """The runs of each SSH host with several runs together (their outage is one incident); every
-        other run alone, judged as soon as its own probe is back."""
+        other run with those of its container (or host) it is probed with, judged as soon as that probe is back."""
         by_host: dict[str, list[Run]] = defaultdict(list)
         for run in self.registry.runs.values():
             by_host[run.host].append(run)
@@ -179,15 +178,26 @@ class Watchdog:
             if host in self.registry.hosts and len(runs) >= HOST_GROUP_MIN:
                 groups.append((host, runs))
             else:
-                groups += [(None, [run]) for run in runs]
+                groups += [(None, batch) for batch in batches(runs)]
         return groups
+
+    async def _probe_all(self, runs: list[Run]) -> list[Verdict]:
+        """Every run's verdict, in order: one probe per batch of runs sharing a container, all at once."""
+        found: dict[str, Verdict] = {}
+
+        async def one(batch: list[Run]) -> None:
+            for run, verdict in zip(batch, await self.probes.check_group(batch, self.verdicts)):
+                found[run.name] = verdict
+
+        await asyncio.gather(*(one(batch) for batch in batches(runs)))
+        return [found[run.name] for run in runs]
 
     def _urgency(self, run_name: str) -> int:
         return max((row.priority for row in self.ledger.pending(run_name)), default=0)
 
     async def _sweep_group(self, host: str | None, runs: list[Run], tried: set[str], held: set[str]) -> None:
         try:
-            verdicts = await asyncio.gather(*(self.probe(run) for run in runs))
+            verdicts = await self._probe_all(runs)
             down = outage(host, verdicts) if host is not None else None
             if host is not None:
                 self.judge(self._host_run(host, runs), down or answering(host, verdicts))
@@ -206,13 +216,23 @@ class Watchdog:
     def _host_run(self, host: str, runs: list[Run]) -> HostRun:
         return HostRun(host_key(host), host, self.registry.bot.alert_channel or runs[0].alert_channel)
 
+    @property
+    def history(self) -> History:
+        return self.probes.history
+
+    @property
+    def targets(self) -> Any:
+        """Where the runs are reached: the scheduler's (a test may put stand-ins there)."""
+        return self.probes.targets
+
+    @targets.setter
+    def targets(self, targets: Any) -> None:
+        self.probes.targets = targets
+
     async def probe(self, run: Run) -> Verdict:
-        """One probe with a hard deadline; whatever goes wrong comes back as an unreachable verdict."""
-        async with self._gates.get(run.host, self._gates[LOCAL]):
-            verdict = await check_within(run, self.targets.runner_for, timeout=self.registry.bot.probe_timeout,
-                                         previous=self.verdicts.get(run.name), history=self.history.recent(run.name))
-        self.history.record(run.name, verdict)
-        return verdict
+        """One routine probe (a person's question goes first), with a hard deadline; whatever goes wrong
+        comes back as an unreachable verdict."""
+        return await self.probes.check(run, previous=self.verdicts.get(run.name), priority=Priority.SWEEP)
 
     def judge(self, run: Run | HostRun, verdict: Verdict, *, held: bool = False) -> list[int]:
         """Decide, render and commit in one go (no await in between: a mute can't slip in).
@@ -484,10 +504,10 @@ async def on_start(services: Any) -> None:
     clock = getattr(services, "clock", None) or time.time
     bot = services.registry.bot
     services.store.retention = (bot.history_full, bot.history_every, bot.history_keep)
-    if getattr(services, "history", None) is None:
+    if services.history is None:
         services.history = History(services.store, clock=clock, runs=list(services.registry.runs))
     services.watchdog = Watchdog(services.registry, services.targets, services.store, chat, clock=clock,
-                                 history=services.history)
+                                 scheduler=services.scheduler)
     services.watchdog.start()
 
 

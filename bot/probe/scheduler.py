@@ -1,0 +1,203 @@
+"""The one probe scheduler: every probe — a /run command, a button, a CLI call, a watchdog sweep — goes through it.
+
+It applies the caps once (per host, then overall), serves a person's question before a sweep's
+routine look, lets concurrent questions about a run share one probe, bounds how long a question
+waits for its turn, and adds what each probe saw to the runs' memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import math
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bot.core.diagnose import unreachable
+from bot.core.verdict import Verdict
+from bot.probe.checkup import check_group_within, check_within
+from config.registry import LOCAL, Registry, Run
+
+# Probes at once, whatever their host. A local probe costs ~85 ms of CPU in bash and its children and
+# ~20-40 ms of parsing in this process: on 2 cores, 50 at once pushed the ack p99 to 1.2 s, 16 to
+# 280 ms, 8 to 70 ms (bench/slack_ack.py --runs 50). Acks come first: Slack drops a command it has
+# not heard back about in 3 s.
+PROBES_AT_ONCE = max(8, 4 * (os.cpu_count() or 2))
+LOCAL_PROBES = 16  # at once on this machine (an SSH host's own cap is its max_channels)
+# A verdict this young answers anyone else who asks about the run: 200 `/run runs` in 10 s over
+# 20 runs are then a probe of each run every few seconds, not one per command. Short enough that
+# "4 s ago" is still true.
+FRESH_S = 3.0
+# Runs of one container probed by one script at most: the script reads their logs one after another
+# (~10-30 ms each), so a batch answers within a second, and a slow log delays at most its batch.
+GROUP_MAX = 16
+
+
+def batches(runs: Iterable[Run], most: int = GROUP_MAX) -> list[list[Run]]:
+    """The runs grouped by where they live — a host's container, or a host itself for CT-less and local runs —
+    in batches of at most `most`, in the order given: each batch is one probe, one round trip."""
+    where: dict[tuple[str, int | None], list[Run]] = {}
+    for run in runs:
+        where.setdefault((run.host, run.container), []).append(run)
+    return [group[i:i + most] for group in where.values() for i in range(0, len(group), most)]
+
+
+class Priority(enum.IntEnum):
+    """Who is waiting: a person (served first) or the watchdog's routine sweep."""
+
+    SWEEP = 0
+    ASK = 1
+
+
+class FairGate:
+    """A semaphore whose waiters are served by priority, then in arrival order: a sweep of 500 runs
+    queued at a host never stands between a person and their answer."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._free = self.capacity
+        self._waiting: dict[Priority, deque[asyncio.Future]] = {p: deque() for p in Priority}
+
+    @property
+    def busy(self) -> int:
+        return self.capacity - self._free
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for q in self._waiting.values() for f in q if not f.done())
+
+    async def acquire(self, priority: Priority) -> None:
+        if self._free > 0 and not self.queued:
+            self._free -= 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting[priority].append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # handed the slot in the same moment it gave up: pass it on
+            raise
+
+    def release(self) -> None:
+        for priority in sorted(Priority, reverse=True):
+            queue = self._waiting[priority]
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)  # the slot goes straight to the waiter: never freed in between
+                    return
+        self._free = min(self.capacity, self._free + 1)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, priority: Priority) -> AsyncIterator[None]:
+        await self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+class Scheduler:
+    """Probes runs through `targets`, within the caps; one per process, shared by everyone who asks."""
+
+    def __init__(self, registry: Registry, targets: Any, *, history: Any = None,
+                 probes_at_once: int = PROBES_AT_ONCE, local_probes: int = LOCAL_PROBES,
+                 clock: Callable[[], float] = time.monotonic, save_probe: Path | None = None) -> None:
+        self.registry, self.targets, self.history, self.clock = registry, targets, history, clock
+        self.save_probe = save_probe  # keep every probe's raw output here (`--save-probe`)
+        self.overall = FairGate(probes_at_once)
+        self.hosts = {name: FairGate(h.max_channels) for name, h in registry.hosts.items()}
+        self.hosts[LOCAL] = FairGate(local_probes)
+        self._inflight: dict[str, asyncio.Future] = {}  # run name -> the shared probe running for it
+        self._recent: dict[str, tuple[Verdict, float]] = {}  # run name -> (verdict, clock() it came)
+        self.probed = 0
+
+    async def check(self, run: Run, *, previous: Verdict | None = None, priority: Priority = Priority.ASK,
+                    wait: float | None = None) -> Verdict:
+        """Probe one run; whatever goes wrong comes back as a verdict, never as an exception.
+
+        Everyone who asks about a run while a probe of it is running, or within FRESH_S of its answer,
+        gets that probe's answer (a team pressing Refresh after an alert costs the host one probe, not
+        twenty). A caller with a `previous` verdict (the watchdog) always gets a probe of its own: its
+        diagnosis reads what changed since. `wait`: how long a question waits for a turn before the answer
+        says runbot is busy (None: the run's probe timeout; math.inf: as long as it takes, for a list of
+        every run); a sweep always waits its turn.
+        """
+        if previous is not None or priority is Priority.SWEEP:
+            return await self._probe(run, previous, priority, wait)
+        recent = self._recent.get(run.name)
+        if recent is not None and self.clock() - recent[1] < FRESH_S:
+            return recent[0]
+        running = self._inflight.get(run.name)
+        if running is None:
+            running = self._inflight[run.name] = asyncio.ensure_future(self._probe(run, None, priority, wait))
+            running.add_done_callback(lambda done: self._settled(run.name, done))
+        return await asyncio.shield(running)  # a caller that gives up must not cancel the others' probe
+
+    def _settled(self, name: str, done: asyncio.Future) -> None:
+        self._inflight.pop(name, None)
+        # "Busy" was no probe: the next person to ask must get one, not that answer again.
+        if not done.cancelled() and done.exception() is None and done.result().failure_kind != "busy":
+            self._recent[name] = (done.result(), self.clock())
+
+    async def _probe(self, run: Run, previous: Verdict | None, priority: Priority, wait: float | None) -> Verdict:
+        timeout = self.registry.bot.probe_timeout
+        limit = (timeout if wait is None else wait) if priority is Priority.ASK else math.inf
+        limit = None if math.isinf(limit) else limit
+        host = self.hosts.get(run.host, self.hosts[LOCAL])
+        started = self.clock()
+        try:
+            # The host's turn first, then the overall one: a probe waiting on a busy host holds no overall
+            # slot that probes of idle hosts could use.
+            async with asyncio.timeout(limit):
+                await host.acquire(priority)
+        except TimeoutError:
+            return self._busy(run, started, host)
+        try:
+            try:
+                remaining = None if limit is None else max(0.0, limit - (self.clock() - started))
+                async with asyncio.timeout(remaining):
+                    await self.overall.acquire(priority)
+            except TimeoutError:
+                return self._busy(run, started, self.overall)
+            try:
+                self.probed += 1
+                memory = self.history.recent(run.name) if self.history is not None else ()
+                verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
+                                             history=memory, save_probe=self.save_probe)
+            finally:
+                self.overall.release()
+        finally:
+            host.release()
+        if self.history is not None:
+            self.history.record(run.name, verdict)
+        return verdict
+
+    async def check_group(self, runs: Sequence[Run], previous: Mapping[str, Verdict], *,
+                          priority: Priority = Priority.SWEEP) -> list[Verdict]:
+        """Runs that share a container (or a host) probed in one round trip, one channel and one turn; their
+        verdicts in order. One run goes the single-run way (check)."""
+        if len(runs) == 1:
+            return [await self.check(runs[0], previous=previous.get(runs[0].name), priority=priority)]
+        host = self.hosts.get(runs[0].host, self.hosts[LOCAL])
+        async with host.slot(priority), self.overall.slot(priority):
+            self.probed += 1
+            memory = {r.name: self.history.recent(r.name) for r in runs} if self.history is not None else {}
+            verdicts = await check_group_within(runs, self.targets.runner_for,
+                                                timeout=self.registry.bot.probe_timeout, previous=previous,
+                                                histories=memory)
+        if self.history is not None:
+            for run, verdict in zip(runs, verdicts):
+                self.history.record(run.name, verdict)
+        return verdicts
+
+    def _busy(self, run: Run, started: float, gate: FairGate) -> Verdict:
+        where = "" if gate is self.overall else " on this machine" if run.host == LOCAL else f" on {run.host}"
+        return unreachable(run, f"not probed: runbot waited {self.clock() - started:.0f} s for a turn "
+                                f"({gate.busy} probes running{where}, {gate.queued} waiting)", "busy")
