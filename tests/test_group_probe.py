@@ -21,7 +21,7 @@ GPU = "0, 70000, 143771, 99\n"
 def runs(tmp_path: Path) -> list[DefaultRun]:
     return [DefaultRun("training", log=str(tmp_path / "a" / "train.log")),
             DefaultRun("missing", log=str(tmp_path / "b" / "nope.log")),
-            DefaultRun("hostile", log=str(tmp_path / "c" / "$(touch PWNED) it's.log"), step_pattern=r"iter (\d+)")]
+            DefaultRun("hostile", log=str(tmp_path / "c" / "$(touch PWNED) it's [1]*?.log"), step_pattern=r"iter (\d+)")]
 
 
 def probe(tmp_path: Path, group: list[DefaultRun]) -> RunResult:
@@ -37,7 +37,11 @@ def test_each_run_gets_its_own_sections_and_the_shared_ones(tmp_path, monkeypatc
         (tmp_path / d).mkdir()
     Path(group[0].log).write_text("step=41 loss=2.0 tok/s=14200\nstep=42 loss=1.9 tok/s=14100\n")
     Path(group[2].log).write_text("iter 7 done\n")
-    with writer_holding(Path(group[0].log)) as writer:
+    # A decoy whose name the hostile one's glob characters would match: the writer scan takes paths literally.
+    decoy = tmp_path / "c" / "$(touch PWNED) it's 1xy.log"
+    decoy.write_text("")
+    with writer_holding(Path(group[0].log)) as writer, writer_holding(Path(group[2].log)) as other, \
+            writer_holding(decoy) as wrong:
         result = probe(tmp_path, group)
         training, missing, hostile = split_runs(result.stdout, NONCE, 3)
     assert result.exit_status == 0 and not (tmp_path / "PWNED").exists()
@@ -45,6 +49,8 @@ def test_each_run_gets_its_own_sections_and_the_shared_ones(tmp_path, monkeypatc
     assert f"{writer.pid} ".encode() in training.get("writers")
     assert b"exists=0" in missing.get("meta") and missing.get("window") == b""
     assert b"iter 7" in hostile.get("steps") and hostile.get("writers").startswith(b"# hidden")
+    assert f"{other.pid} ".encode() in hostile.get("writers") and f"{wrong.pid} ".encode() not in hostile.get("writers")
+    assert f"{other.pid} ".encode() not in training.get("writers")
     # The GPUs were read once, for all three, and every run sees that reading.
     assert (tmp_path / "bin" / "smi-rounds" / "counter").read_text().strip() == "1"
     assert all(s.get("gpus") == training.get("gpus") and s.complete for s in (training, missing, hostile))
@@ -96,3 +102,20 @@ def test_a_single_run_probe_is_a_group_of_one_and_old_captures_still_read(tmp_pa
              f"@@RB:{NONCE}@@ meta\ntheirs\n@@RB:{NONCE}@@ end\n").encode()
     [only] = split_runs(extra, NONCE, 1)
     assert only.get("meta") == b"mine" and only.complete
+
+
+def test_without_find_every_fd_is_compared_and_the_writers_are_the_same(tmp_path):
+    group = runs(tmp_path)[:1]
+    (tmp_path / "a").mkdir()
+    Path(group[0].log).write_text("step=1 loss=2.0\n")
+    bare = tmp_path / "no-find"
+    bare.mkdir()
+    for folder in ("/usr/bin", "/bin"):
+        for tool in Path(folder).iterdir():
+            if tool.name != "find" and not (bare / tool.name).exists():
+                (bare / tool.name).symlink_to(tool)
+    with writer_holding(Path(group[0].log)) as writer:
+        listed = asyncio.run(LocalRunner().run(build_group_script(group, NONCE), timeout=30))
+        each = asyncio.run(LocalRunner({"PATH": str(bare)}).run(build_group_script(group, NONCE), timeout=30))
+    [a], [b] = split_runs(listed.stdout, NONCE, 1), split_runs(each.stdout, NONCE, 1)
+    assert f"{writer.pid} ".encode() in a.get("writers") and a.get("writers") == b.get("writers")

@@ -97,14 +97,33 @@ async def test_a_waiter_that_gives_up_leaves_its_slot_to_the_next():
     assert gate.busy == 0
 
 
-async def test_caps_are_applied_per_host_and_overall(tmp_path):
+@pytest.mark.parametrize("priority, pve1, local, overall", [
+    (Priority.ASK, 3, 4, 5),  # people may use every slot: pve1's max_channels, the local cap, the overall cap
+    (Priority.SWEEP, 2, 3, 3),  # a sweep leaves one slot of each host, and two overall, for them
+])
+async def test_caps_are_applied_per_host_and_overall(tmp_path, priority, pve1, local, overall):
     reg = registry(tmp_path, ssh_runs=10, local_runs=10)
     targets = Targets()
     scheduler = Scheduler(reg, targets, probes_at_once=5, local_probes=4)
-    await asyncio.gather(*(scheduler.check(run, priority=Priority.SWEEP) for run in reg.runs.values()))
+    await asyncio.gather(*(scheduler.check(run, priority=priority) for run in reg.runs.values()))
     assert len(targets.started) == 20
-    assert targets.peak_by_host == {"pve1": 3, "local": 4}  # pve1's max_channels, the local cap
-    assert targets.peak == 5  # and never more than the overall cap in all
+    assert targets.peak_by_host["pve1"] == pve1 and 2 <= targets.peak_by_host["local"] <= local
+    assert targets.peak == overall  # never more in all (and the caps were reached: the gates do not under-serve)
+
+
+async def test_a_sweep_filling_a_host_leaves_a_slot_for_a_question(tmp_path):
+    reg = registry(tmp_path, ssh_runs=30)
+    targets = Targets(delay=0.5)
+    scheduler = Scheduler(reg, targets)
+    runs = list(reg.runs.values())
+    sweep = [asyncio.create_task(scheduler.check(r, priority=Priority.SWEEP)) for r in runs[:-1]]
+    await asyncio.sleep(0.05)
+    started = asyncio.get_running_loop().time()
+    await scheduler.check(runs[-1])
+    assert asyncio.get_running_loop().time() - started < 0.7  # its own probe's time, no sweep probe's before it
+    for task in sweep:
+        task.cancel()
+    await asyncio.gather(*sweep, return_exceptions=True)
 
 
 async def test_a_question_during_a_sweep_is_probed_next(tmp_path):
@@ -139,7 +158,7 @@ async def test_a_question_that_cannot_get_a_turn_says_runbot_is_busy(tmp_path):
     targets = Targets(delay=0.5)
     scheduler = Scheduler(reg, targets)
     runs = list(reg.runs.values())
-    hogs = [asyncio.create_task(scheduler.check(r, priority=Priority.SWEEP)) for r in runs[:3]]
+    hogs = [asyncio.create_task(scheduler.check(r)) for r in runs[:3]]  # three people take pve1's three channels
     await asyncio.sleep(0.01)
     answer = await scheduler.check(runs[3], wait=0.1)
     assert answer.phase is Phase.UNREACHABLE and answer.failure_kind == "busy"

@@ -11,7 +11,7 @@ from bot.core.bars import Bar, Role, frames
 from bot.core.crashes import find_crashes
 from bot.core.facts import Crash, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
-from bot.core.grammar import last_frame, line_time, split_rank_prefix
+from bot.core.grammar import LineStamps, last_frame, split_rank_prefix
 from bot.core.markers import Mark, Marker, find_markers
 from bot.core.progress import bar_step, recognise, table_header, table_step
 from bot.core.redact import printable
@@ -64,7 +64,7 @@ class Evidence:
     now: float | None = None  # the remote clock when probed
     host: str = ""
     lines: tuple[str, ...] = ()  # the log's last lines: \r-frames collapsed, control codes removed
-    stamps: tuple[float | None, ...] = ()  # each line's own timestamp (the log's clock), where it has one
+    stamps: Sequence[float | None] = ()  # each line's own timestamp (the log's clock), where it has one
     window_truncated: bool = False  # the window starts mid-file
     steps: tuple[Step, ...] = ()  # the loop's last progress lines, oldest first (step lines or the loop's bar)
     bars: tuple[BarLine, ...] = ()  # every line whose last frame is a bar, with the bar's role
@@ -283,7 +283,7 @@ def _moved(sections: Sections) -> MovedWriter | None:
     lines = collapse_frames(sections.text("moved.window"))[1:]  # its first line is cut
     size = _number(meta.get("size"))
     return MovedWriter(procs[0], m[1].strip(), int(size) if size is not None else None, _number(meta.get("mtime")),
-                       recognise(lines, [line_time(x) for x in lines]))
+                       recognise(lines, LineStamps(lines)))
 
 
 def _problems(sections: Sections, log: LogFile) -> list[str]:
@@ -317,7 +317,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     raw_lines = window.split("\n")
     lines = collapse_frames(window)
     raw_lines = raw_lines[: len(lines)]
-    stamps = [line_time(x) for x in lines]
+    stamps = LineStamps(lines)
     earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
     bars = _bars(raw_lines, lines)
     reading = _reading_lines(lines, bars)
@@ -333,7 +333,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
         now=_number(meta.get("now")),
         host=meta.get("host", ""),
         lines=tuple(lines),
-        stamps=tuple(stamps),
+        stamps=stamps,
         window_truncated=truncated,
         steps=steps,
         bars=bars,

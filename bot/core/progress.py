@@ -277,13 +277,34 @@ def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier
     return found
 
 
+# Lines templated at first, the newest with digits in them: a 64 KiB window of step lines holds some 1500,
+# and templating them all was most of a probe's CPU. Only when these hold no loop (rank 0) are all read.
+RECENT_LINES = 400
+_DIGIT = re.compile(r"\d")
+
+
 def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None]) -> tuple[Step, ...]:
+    with_digits = [(i, t) for i, t in numbered if _DIGIT.search(t)]
+    found = _latest(with_digits[-RECENT_LINES:])
+    if len(with_digits) > RECENT_LINES and (found is None or found[0] > 0):
+        found = _latest(with_digits)
+    if found is None:
+        return ()
+    _, group, counter, groups = found
+    kept = group[-KEPT_STEPS:]
+    steps = tuple(_step(line, counter, _stamp(stamps, line.index)) for line in kept)
+    if steps[-1].step is None:
+        steps = _borrow_counter(steps, groups)
+    return steps
+
+
+def _latest(numbered: Sequence[tuple[int, str]]) -> tuple[int, list[_Line], int | None, dict] | None:
+    """(rank, group, counter, all groups) of the latest best-ranked series among these lines, or None."""
     # Lines grouped by template first (cheap), and only each template's last lines read field by field:
-    # the latest series is what counts, and a 64 KiB window of step lines holds some 1300 of them.
+    # the latest series is what counts.
     by_template: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for index, text in numbered:
-        if any(c.isdigit() for c in text):
-            by_template[template(clean(text))].append((index, text))
+        by_template[template(clean(text))].append((index, text))
     groups: dict[str, list[_Line]] = defaultdict(list)
     for items in by_template.values():
         for index, text in items[-READ_PER_TEMPLATE:]:
@@ -304,16 +325,12 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None])
         rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and has_loss else 2
         ranked.append((rank, group[-1].index, group, counter))
     if not ranked:
-        return ()
+        return None
     best_rank = min(r for r, *_ in ranked)
     # The latest loop; a lesser series only when it comes later and no loop does (a summary after
     # the loop is not the loop).
-    _, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
-    kept = group[-KEPT_STEPS:]
-    steps = tuple(_step(line, counter, _stamp(stamps, line.index)) for line in kept)
-    if steps[-1].step is None:
-        steps = _borrow_counter(steps, groups)
-    return steps
+    rank, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
+    return rank, group, counter, groups
 
 
 def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:

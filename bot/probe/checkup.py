@@ -9,7 +9,8 @@ import secrets
 import time
 from pathlib import Path
 from collections.abc import Mapping, Sequence
-from typing import Callable, Protocol
+from concurrent.futures import Executor
+from typing import Callable, Protocol, TypeVar
 
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
@@ -23,6 +24,7 @@ from config.validate import compile_step_pattern
 DEFAULT_TIMEOUT_S = 30.0
 PROBE_GRACE_S = 5.0  # past the probe's own timeout, before its caller gives up on it
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class CheckableRun(RunPolicy, ProbeTarget, Protocol):
@@ -68,8 +70,9 @@ async def check(
     previous: Verdict | None = None,
     save_probe: Path | None = None,
     history: Sequence[Point] = (),
+    parser: Executor | None = None,
 ) -> Verdict:
-    """Probe `run` once through `runner` and diagnose what came back."""
+    """Probe `run` once through `runner` and diagnose what came back (in `parser`, a worker thread)."""
     nonce = secrets.token_hex(8)
     script = build_script(run, nonce)
     result = await runner.run(script, timeout=timeout)
@@ -77,7 +80,14 @@ async def check(
         save_capture(save_probe, run.name, nonce, result)
     # Parsing a window takes a few ms of CPU; the bot and its watchdog run hundreds of these on
     # the event loop that must also ack Slack within 3 s, so it happens in a worker thread.
-    return await asyncio.to_thread(lambda: verdict_from_output(run, result, nonce, previous, history=history))
+    return await _off_loop(parser, lambda: verdict_from_output(run, result, nonce, previous, history=history))
+
+
+async def _off_loop(parser: Executor | None, work: Callable[[], T]) -> T:
+    """Run the parse in a worker thread: `parser` (the scheduler keeps one for questions and one for sweeps,
+    so a sweep's parses neither queue ahead of a question's nor crowd the event loop out of the GIL),
+    else the loop's default pool."""
+    return await asyncio.get_running_loop().run_in_executor(parser, work)
 
 
 async def check_within(
@@ -88,12 +98,13 @@ async def check_within(
     previous: Verdict | None = None,
     history: Sequence[Point] = (),
     save_probe: Path | None = None,
+    parser: Executor | None = None,
 ) -> Verdict:
     """check(), but it always answers: a hard deadline a little past the probe's own timeout, and
     any failure (setting up the runner included) as an unreachable verdict, never an exception."""
     try:
         return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous, history=history,
-                                            save_probe=save_probe), timeout + PROBE_GRACE_S)
+                                            save_probe=save_probe, parser=parser), timeout + PROBE_GRACE_S)
     except asyncio.TimeoutError:
         return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - said in the verdict, logged for us
@@ -108,6 +119,7 @@ async def check_group_within(
     timeout: float,
     previous: Mapping[str, Verdict] | None = None,
     histories: Mapping[str, Sequence[Point]] | None = None,
+    parser: Executor | None = None,
 ) -> list[Verdict]:
     """Runs that share a container (or a host) probed by one script in one round trip; always answers, like
     check_within: a deadline a little past the timeout, any failure as every run's unreachable verdict."""
@@ -115,7 +127,7 @@ async def check_group_within(
     try:
         result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout),
                                         timeout + PROBE_GRACE_S)
-        return await asyncio.to_thread(verdicts_from_output, runs, result, nonce, previous, histories=histories)
+        return await _off_loop(parser, lambda: verdicts_from_output(runs, result, nonce, previous, histories=histories))
     except asyncio.TimeoutError:
         why, kind = f"the probe of {len(runs)} runs gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout"
     except Exception as exc:  # noqa: BLE001 - said in the verdicts, logged for us

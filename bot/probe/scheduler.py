@@ -14,6 +14,7 @@ import math
 import os
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from config.registry import LOCAL, Registry, Run
 # not heard back about in 3 s.
 PROBES_AT_ONCE = max(8, 4 * (os.cpu_count() or 2))
 LOCAL_PROBES = 16  # at once on this machine (an SSH host's own cap is its max_channels)
+ASK_RESERVED = 1  # slots of each host's gate only a person's question may take
 # A verdict this young answers anyone else who asks about the run: 200 `/run runs` in 10 s over
 # 20 runs are then a probe of each run every few seconds, not one per command. Short enough that
 # "4 s ago" is still true.
@@ -55,11 +57,13 @@ class Priority(enum.IntEnum):
 
 
 class FairGate:
-    """A semaphore whose waiters are served by priority, then in arrival order: a sweep of 500 runs
-    queued at a host never stands between a person and their answer."""
+    """A semaphore whose waiters are served by priority, then in arrival order, and that keeps `reserved`
+    slots for people: a sweep queued at a host never stands between a person and their answer, and a
+    sweep's long probes never hold every slot when a question comes."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, reserved: int = 0) -> None:
         self.capacity = max(1, capacity)
+        self.reserved = min(max(0, reserved), self.capacity - 1)  # a sweep always keeps one slot
         self._free = self.capacity
         self._waiting: dict[Priority, deque[asyncio.Future]] = {p: deque() for p in Priority}
 
@@ -71,8 +75,11 @@ class FairGate:
     def queued(self) -> int:
         return sum(1 for q in self._waiting.values() for f in q if not f.done())
 
+    def _may_take(self, priority: Priority) -> bool:
+        return self._free > (0 if priority is Priority.ASK else self.reserved)
+
     async def acquire(self, priority: Priority) -> None:
-        if self._free > 0 and not self.queued:
+        if self._may_take(priority) and not self._queued_at_or_above(priority):
             self._free -= 1
             return
         turn = asyncio.get_running_loop().create_future()
@@ -84,15 +91,19 @@ class FairGate:
                 self.release()  # handed the slot in the same moment it gave up: pass it on
             raise
 
+    def _queued_at_or_above(self, priority: Priority) -> bool:
+        return any(not f.done() for p, q in self._waiting.items() if p >= priority for f in q)
+
     def release(self) -> None:
+        self._free = min(self.capacity, self._free + 1)
         for priority in sorted(Priority, reverse=True):
             queue = self._waiting[priority]
-            while queue:
+            while queue and self._may_take(priority):
                 turn = queue.popleft()
                 if not turn.done():
-                    turn.set_result(None)  # the slot goes straight to the waiter: never freed in between
+                    self._free -= 1
+                    turn.set_result(None)  # the slot goes straight to the waiter: nobody can take it in between
                     return
-        self._free = min(self.capacity, self._free + 1)
 
     @contextlib.asynccontextmanager
     async def slot(self, priority: Priority) -> AsyncIterator[None]:
@@ -111,9 +122,13 @@ class Scheduler:
                  clock: Callable[[], float] = time.monotonic, save_probe: Path | None = None) -> None:
         self.registry, self.targets, self.history, self.clock = registry, targets, history, clock
         self.save_probe = save_probe  # keep every probe's raw output here (`--save-probe`)
-        self.overall = FairGate(probes_at_once)
-        self.hosts = {name: FairGate(h.max_channels) for name, h in registry.hosts.items()}
-        self.hosts[LOCAL] = FairGate(local_probes)
+        # A slot of each kept for people (two overall): a question starts at once, even mid-sweep.
+        self.overall = FairGate(probes_at_once, reserved=ASK_RESERVED + 1)
+        self.hosts = {name: FairGate(h.max_channels, reserved=ASK_RESERVED) for name, h in registry.hosts.items()}
+        self.hosts[LOCAL] = FairGate(local_probes, reserved=ASK_RESERVED)
+        # Parsing is CPU under one GIL: more threads add no throughput, only starve the event loop (its lag
+        # p99 was ~200 ms with the default pool mid-sweep). One thread for questions, one for sweeps.
+        self._parsers = {p: ThreadPoolExecutor(1, thread_name_prefix=f"parse-{p.name.lower()}") for p in Priority}
         self._inflight: dict[str, asyncio.Future] = {}  # run name -> the shared probe running for it
         self._recent: dict[str, tuple[Verdict, float]] = {}  # run name -> (verdict, clock() it came)
         self.probed = 0
@@ -170,7 +185,7 @@ class Scheduler:
                 self.probed += 1
                 memory = self.history.recent(run.name) if self.history is not None else ()
                 verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
-                                             history=memory, save_probe=self.save_probe)
+                                             history=memory, save_probe=self.save_probe, parser=self._parsers[priority])
             finally:
                 self.overall.release()
         finally:
@@ -191,7 +206,7 @@ class Scheduler:
             memory = {r.name: self.history.recent(r.name) for r in runs} if self.history is not None else {}
             verdicts = await check_group_within(runs, self.targets.runner_for,
                                                 timeout=self.registry.bot.probe_timeout, previous=previous,
-                                                histories=memory)
+                                                histories=memory, parser=self._parsers[priority])
         if self.history is not None:
             for run, verdict in zip(runs, verdicts):
                 self.history.record(run.name, verdict)

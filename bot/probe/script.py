@@ -132,22 +132,46 @@ steps() {
 }
 
 scan() {  # one pass over /proc for the whole group: who holds each log open for writing, what cannot be seen
-  local d fd pid n flags k v i
+  local d i
   HIDDEN=0; WPIDS=()
   # A probe that may not look into other users' fds cannot tell "no writer" from "not allowed
   # to see it": count what it could not read, so the diagnosis does not call the run stopped.
   # (A process that exits between the glob and the test is gone, not hidden.)
   for d in /proc/[0-9]*/fd; do [[ -r $d && -x $d ]] || [[ ! -e $d ]] || HIDDEN=$((HIDDEN + 1)); done
   for i in "${!LOGS[@]}"; do WPIDS[i]=' '; done
+  if command -v find >/dev/null 2>&1 && command -v realpath >/dev/null 2>&1; then scan_listed; else scan_each; fi
+}
+
+held() {  # held FD_PATH PID I: record PID as a writer of log I if FD_PATH is open for writing
+  local n=${1##*/} flags=0 k v
+  while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$2/fdinfo/$n" 2>/dev/null
+  (( (8#$flags & 3) == 0 )) && return 0   # opened read-only: a reader (tail -f), not the writer
+  case ${WPIDS[$3]} in *" $2 "*) return 0 ;; esac
+  WPIDS[$3]="${WPIDS[$3]}$2 "
+}
+
+scan_listed() {  # one find, told the logs' real paths, lists only the fds that point at one of them
+  local real fd pid i pattern
+  local -a names=() expr=()
+  while IFS= read -r -d '' real; do names+=("$real"); done < <(realpath -mz -- "${LOGS[@]}" 2>/dev/null)
+  for real in "${names[@]}"; do
+    pattern=${real//\\/\\\\}; pattern=${pattern//\*/\\*}; pattern=${pattern//\?/\\?}; pattern=${pattern//\[/\\[}
+    expr+=(${expr[0]+-o} -lname "$pattern")   # the path as a literal glob: its * ? [ \ escaped
+  done
+  [ ${#expr[@]} -gt 0 ] || return 0
+  while IFS= read -r -d '' fd; do
+    pid=${fd#/proc/}; pid=${pid%%/*}
+    for i in "${!LOGS[@]}"; do [[ $fd -ef ${LOGS[i]} ]] && held "$fd" "$pid" "$i"; done
+  done < <(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -type l \( "${expr[@]}" \) -printf '%p\0' 2>/dev/null)
+}
+
+scan_each() {  # without find or realpath: every fd against every log
+  local fd i pid
   for fd in /proc/[0-9]*/fd/*; do
     for i in "${!LOGS[@]}"; do
       [[ $fd -ef ${LOGS[i]} ]] || continue
-      pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}
-      flags=0
-      while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$pid/fdinfo/$n" 2>/dev/null
-      (( (8#$flags & 3) == 0 )) && continue   # opened read-only: a reader (tail -f), not the writer
-      case ${WPIDS[i]} in *" $pid "*) continue ;; esac
-      WPIDS[i]="${WPIDS[i]}$pid "
+      pid=${fd#/proc/}; pid=${pid%%/*}
+      held "$fd" "$pid" "$i"
     done
   done
 }

@@ -30,8 +30,8 @@ def freshness(ev: Evidence, step: Step | None, previous: Verdict | None = None) 
         return Freshness(mtime_age, None, "mtime")
     age, how = mtime_age, "mtime"
     if step.stamp is not None and step.index >= 0:
-        tail = [(i, s) for i, s in enumerate(ev.stamps) if s is not None and i >= len(ev.stamps) - _NEAR_END]
-        newest = max((s for _, s in tail), default=None)
+        tail = ev.stamps[max(0, len(ev.stamps) - _NEAR_END):]
+        newest = max((s for s in tail if s is not None), default=None)
         if newest is not None and newest > step.stamp and mtime_age is not None:
             # The last stamped line was written about when the file last changed; the step came
             # (newest - step.stamp) before it.
