@@ -3,6 +3,7 @@ driver prints, and every way `nvidia-smi -q -d UTILIZATION` falls short is said,
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -14,10 +15,15 @@ from bot.core.facts import GpuMethod, UtilWindow, WindowGap
 from bot.core.gpu_window import MAX_WINDOW_S, bus_key, match, parse_utilization
 from bot.core.gpus import GpuBasis, classify, parse_gpu_section, parse_query_csv
 from bot.core.history import observe
+from bot.core.sections import split_sections
 from bot.core.stages.findings import stuck_collective
 from bot.demo.smi import NOT_AVAILABLE, Samples, SmiGpu, bus_id, utilization_report
+from bot.probe.runners import LocalRunner
+from bot.probe.script import build_script
+from tests.standins import fake_nvidia_smi, path_with
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu-utilization"
+NONCE = "abcdef0123456789"
 
 
 def capture(name: str) -> tuple[str, str]:
@@ -79,6 +85,15 @@ def test_the_instantaneous_reading_alone_would_have_called_the_duty_cycle_busy()
 @pytest.mark.parametrize("real", REAL, ids=[r.name for r in REAL])
 def test_the_stand_in_prints_the_capture_byte_for_byte(real):
     assert utilization_report([real.stand_in], real.timestamp) == capture(real.name)[0]
+
+
+def test_the_stand_in_synthesises_a_window_from_its_rounds():
+    from tests.standins import synthesised_window
+
+    text = synthesised_window(["0, 3133, 143771, 14\n1, 4, 143771, 0\n", "0, 3133, 143771, 100\n1, 4, 143771, 0\n"])
+    blocks, gap = parse_utilization(text)
+    assert gap is None and blocks == {bus_key(bus_id(0)): UtilWindow(14.0, 71, 100.0, 14.0, 57.0),
+                                      bus_key(bus_id(1)): UtilWindow(14.0, 71, 0.0, 0.0, 0.0)}
 
 
 # ---------------------------------------------------------------- classes from Max / Min / Avg
@@ -243,6 +258,40 @@ def test_all_or_nothing_like_the_probe():
     rows = parse_query_csv(reading_for("one of two N/A"))[0]
     assert blocks[bus_key(bus_id(0))] == UtilWindow(14.0, 71, 0.0, 0.0, 0.0)  # GPU 0 alone would do
     assert match(blocks, gap, rows) == ((), WindowGap.NOT_AVAILABLE)
+
+
+# ---------------------------------------------------------------- the probe's bash decides the same
+
+@dataclass
+class Target:
+    log: str
+    step_pattern: str | None = None
+    gpu_samples: int = 3
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_probe_samples_exactly_where_python_cannot_use_the_window(tmp_path, name):
+    """window_ok (bash) and bot.core.gpu_window (Python) are two readings of one rule: each variant must
+    make both say the same, or the probe would skip the readings the diagnosis then lacks."""
+    text, rc, gap = VARIANTS[name]
+    rows = reading_for(name).replace(f", {bus_id(0)},", ",").replace(f", {bus_id(1)},", ",")  # the stand-in adds them
+    fake_nvidia_smi(tmp_path / "bin", [rows + "\n"], window=text, window_rc=rc)
+    (tmp_path / "bin" / "sleep").write_text("#!/bin/sh\n")  # the readings' spacing is not under test here
+    (tmp_path / "bin" / "sleep").chmod(0o755)
+    result = asyncio.run(LocalRunner(path_with(tmp_path / "bin")).run(
+        build_script(Target(str(tmp_path / "x.log")), NONCE), timeout=30))
+    s = split_sections(result.stdout, NONCE)
+    got = parse_gpu_section(s.text("gpus"), s.text("gpu.window"), s.rc("gpu.window"))
+    taken = s.text("gpus").count("# sample")
+    assert (taken, got.gap) == (1 if gap is None else 3, gap)
+    assert s.rc("gpu.window") == rc
+
+
+def test_a_missing_nvidia_smi_asks_for_no_window(tmp_path):
+    result = asyncio.run(LocalRunner({"PATH": "/usr/bin:/bin"}).run(build_script(Target(str(tmp_path / "x")), NONCE),
+                                                                     timeout=30))
+    s = split_sections(result.stdout, NONCE)
+    assert s.text("gpus").strip() == "@missing" and "gpu.window" not in s.parts
 
 
 # ---------------------------------------------------------------- never raises
