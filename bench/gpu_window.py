@@ -7,6 +7,23 @@ as fixtures, and times each call. Needs PyTorch and a GPU (the device machine); 
 
 Usage: python3 bench/gpu_window.py OUT_DIR
 Prints a table and a last line `RESULT name=value ...`.
+
+Measured on the H200 (driver 580.159.04, 2026-12-01; the captures in tests/fixtures/gpu-utilization/):
+`-q -d UTILIZATION` 37–45 ms a call, `--query-gpu` 26 ms; steady 99/98/98, duty50 99/0/49, idle 0/0/0
+(Max/Min/Avg), each 71 samples over 14.00 s. The probe now makes those two calls instead of five readings
+spread over a second (issue 12: 0.92 s a probe there). Not yet timed end to end on the GPU machine.
+
+The probe's own cost with the tests' stand-in nvidia-smi (tests/standins.py), on the 2-core development
+machine, median of 30 local probes of a small log (`build_script` + `LocalRunner`, 2026-12-01):
+
+| probe | gpu_samples = 5 | gpu_samples = 1 |
+| --- | ---: | ---: |
+| before issue 12 (five readings, sleeps between) | 805 ms | 34 ms |
+| driver's window (one -q, one reading, no sleep) | 29 ms | 30 ms |
+| window N/A: fallback to readings | 815 ms | 26–51 ms |
+
+The stand-in answers in a few ms, so these are bash's own costs: the fallback pays the old sampling plus
+one `-q` call and an awk check; the window path pays no sleep at all.
 """
 
 from __future__ import annotations
