@@ -4,6 +4,7 @@ driver prints, and every way `nvidia-smi -q -d UTILIZATION` falls short is said,
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -313,3 +314,52 @@ def test_parse_never_raises(text, rc):
     for w in (w for _, w in got.windows):
         assert 0 < w.duration_s <= MAX_WINDOW_S and w.samples > 0 and 0 <= w.min_pct <= w.avg_pct <= w.max_pct <= 100
     assert replace(report.basis).method is got.method
+
+
+def test_a_hung_window_call_is_not_followed_by_a_query_that_would_hang_as_long(tmp_path):
+    fake_nvidia_smi(tmp_path / "bin", ["0, 31395, 143771, 97\n"])
+    # `timeout 10` ran out on -q (exit 124): played at once, so the test does not wait the ten seconds.
+    (tmp_path / "bin" / "timeout").write_text('#!/bin/bash\nshift\ncase " $* " in *" -q "*) exit 124 ;; esac\nexec "$@"\n')
+    (tmp_path / "bin" / "timeout").chmod(0o755)
+    result = asyncio.run(LocalRunner(path_with(tmp_path / "bin")).run(build_script(Target(str(tmp_path / "x")), NONCE),
+                                                                     timeout=30))
+    s = split_sections(result.stdout, NONCE)
+    assert s.rc("gpu.window") == 124
+    assert (tmp_path / "bin" / "smi-rounds" / "counter").read_text().strip() == "0"  # no --query-gpu call
+    got = parse_gpu_section(s.text("gpus"), s.text("gpu.window"), s.rc("gpu.window"))
+    assert (got.error, got.gap) == ("nvidia-smi timed out", WindowGap.FAILED)
+
+
+@pytest.mark.parametrize("window, answer", [
+    (None, ["  target 0 busy · drafter 1 idle (memory held)",
+            r"  util from driver window 14 s, 71 samples",
+            "  target (0)",
+            "    GPU 0: busy        31 GB/140 GB     util % avg 66 · 0–100 · now 100",
+            "  drafter (1)",
+            "    GPU 1: idle        18 GB/140 GB     util % avg 0 · 0–0 · now 0",
+            "  ! drafter GPU 1 idle with 18 GB held"]),
+    (utilization_report([SmiGpu(bus_id(0), "N/A", "N/A", NOT_AVAILABLE, NOT_AVAILABLE),
+                         SmiGpu(bus_id(1), "N/A", "N/A", NOT_AVAILABLE, NOT_AVAILABLE)]),
+     ["  target 0 busy · drafter 1 idle (memory held)",
+      r"  util from 3 readings over (0\.9|1) s \(driver window: N/A\)",  # ~0.9 s of sleeps, a little more if busy
+      "  target (0)",
+      "    GPU 0: busy        31 GB/140 GB     util % 100 0 100",
+      "  drafter (1)",
+      "    GPU 1: idle        18 GB/140 GB     util % 0 0 0",
+      "  ! drafter GPU 1 idle with 18 GB held"]),
+], ids=["window", "N/A: readings"])
+def test_two_gpus_with_roles_end_to_end(tmp_path, window, answer):
+    """The real probe on a local log, a stand-in nvidia-smi, the diagnosis and `runbot gpus`'s text."""
+    from bot.probe.checkup import check
+    from bot.probe.replay import DefaultRun
+    from bot.render import text as render_text
+
+    log = tmp_path / "train.log"
+    log.write_text("step=1 loss=2.0\n")
+    rounds_ = [f"0, 31395, 143771, {u}\n1, 18211, 143771, 0\n" for u in (100, 0, 100)]
+    fake_nvidia_smi(tmp_path / "bin", rounds_, window=window)
+    run = DefaultRun("r", str(log), gpu_samples=3, gpus={"target": [0], "drafter": [1]})
+    v = asyncio.run(check(run, LocalRunner(path_with(tmp_path / "bin"))))
+    got = render_text.gpus(v).splitlines()[1:]
+    assert got[:1] + got[2:] == answer[:1] + answer[2:]
+    assert re.fullmatch(answer[1], got[1]), got[1]  # the basis line: a pattern

@@ -434,7 +434,8 @@ def _state(index: int, role: str | None, seen: Sequence[GpuSample], window: Util
 
 
 def _basis(readings: GpuReadings) -> GpuBasis:
-    if readings.windows:
+    """The window's shortest Duration and fewest samples across GPUs (they agree on real drivers), or the readings."""
+    if readings.method is GpuMethod.WINDOW:
         windows = [w for _, w in readings.windows]
         return GpuBasis(GpuMethod.WINDOW, min(w.duration_s for w in windows), min(w.samples for w in windows))
     return GpuBasis(GpuMethod.READINGS, readings.span_s, len(readings.samples), readings.gap)
