@@ -19,13 +19,25 @@ KEY_LOGS = {
 }
 
 
-def gpu_section(rounds: Sequence[Sequence[tuple[int, float, float]]], total: float = 143771) -> str:
-    """rounds of (index, MiB used, util %) -> the probe's gpus section body."""
+def gpu_section(rounds: Sequence[Sequence[tuple[int, float, float]]], total: float = 143771, *,
+                bus_ids: bool = False) -> str:
+    """rounds of (index, MiB used, util %) -> the probe's gpus section body (with each GPU's pci.bus_id, as
+    probes since issue 12 print it, when `bus_ids`)."""
+    from bot.demo.smi import bus_id
+
     out = []
     for i, rows in enumerate(rounds, 1):
         out.append(f"# sample {i} t={NOW + i * 0.25} rc=0")
-        out += [f"{idx}, {mem:g}, {total:g}, {util:g}" for idx, mem, util in rows]
+        out += [f"{idx}, {bus_id(idx) + ', ' if bus_ids else ''}{mem:g}, {total:g}, {util:g}" for idx, mem, util in rows]
     return "\n".join(out) + "\n"
+
+
+def gpu_window(windows: Sequence[tuple[int, float, float, float]]) -> str:
+    """(index, Max, Min, Avg) per GPU -> the probe's gpu.window section body: `nvidia-smi -q -d UTILIZATION`."""
+    from bot.demo.smi import Samples, SmiGpu, bus_id, utilization_report
+
+    return utilization_report([SmiGpu(bus_id(i), gpu_samples=Samples(f"{hi:g} %", f"{lo:g} %", f"{avg:g} %"))
+                               for i, hi, lo, avg in windows])
 
 
 def sections(
@@ -35,6 +47,7 @@ def sections(
     writers: Sequence[tuple[int, int, str]] = ((692, 40, "python3 train.py"),),
     processes: Sequence[tuple[int, int, str]] = (),
     gpus: str = "",
+    window: str | None = None,
     steps_section: str = "",
     now: float = NOW,
     hidden: int = 0,
@@ -58,6 +71,8 @@ def sections(
             parts["writers"] += ("# near\n" + "".join(f"{p} {e} {c}\n" for p, e, c in near)).encode()
     parts["procs"] = "".join(f"{p} {e} {c}\n" for p, e, c in processes).encode()
     parts["gpus"] = gpus.encode()
+    if window is not None:  # the driver's window, as `nvidia-smi -q -d UTILIZATION` printed it (exit status 0)
+        parts["gpu.window"], parts["gpu.window.rc"] = window.encode(), b"0"
     return Sections(parts)
 
 

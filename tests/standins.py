@@ -4,36 +4,79 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import subprocess
 import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from bot.demo.smi import NOT_AVAILABLE, Samples, SmiGpu, bus_id, utilization_report
+
 REPO = Path(__file__).resolve().parents[1]
 # ../shared/fixtures/real, copied byte for byte with its README: the tests need nothing beside the clone.
 SHARED_REAL = REPO / "tests" / "fixtures" / "real"
 
 
-def fake_nvidia_smi(bin_dir: Path, rounds: Sequence[str], rc: int = 0) -> Path:
-    """An nvidia-smi that prints rounds[0], rounds[1], … on successive calls (the last one repeats)."""
+_ROW = re.compile(r"\s*([0-9]+)\s*,(.*)")  # a data row of the old four-column query: `0, 3133, 143771, 14`
+
+
+def fake_nvidia_smi(bin_dir: Path, rounds: Sequence[str], rc: int = 0, *, window: str | None = None,
+                    window_rc: int | None = None) -> Path:
+    """An nvidia-smi that prints rounds[0], rounds[1], … on successive `--query-gpu` calls (the last one repeats),
+    and for `-q -d UTILIZATION` the driver's window.
+
+    Rounds are given as the old query printed them (`index, memory.used, memory.total, utilization.gpu`); asked
+    for `index,pci.bus_id,…`, each row gets its GPU's bus id (bot.demo.smi.bus_id) after the index, anything else
+    is printed as it is (error text). The window is `window` verbatim, with exit status `window_rc` (default
+    `rc`); without one, it is synthesised from the rounds as a real driver prints it: per GPU seen in them, its
+    bus id's block with Max, Min and Avg over the rounds, 71 samples over 14 s. A failing nvidia-smi
+    (rc != 0) fails `-q` alike, with rounds[0]'s text."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     data = bin_dir / "smi-rounds"
     data.mkdir(exist_ok=True)
     for i, text in enumerate(rounds):
         (data / str(i)).write_text(text)
-    counter = data / "counter"
+        (data / f"bus{i}").write_text("".join(_with_bus_id(line) for line in text.splitlines(keepends=True)))
+    if window is None:
+        window = synthesised_window(rounds) if rc == 0 else rounds[0]
+    (data / "window").write_text(window)
+    counter = data / "counter"  # --query-gpu calls so far
     counter.write_text("0")
     script = bin_dir / "nvidia-smi"
     script.write_text(
         "#!/usr/bin/env bash\n"
-        f"d={shlex.quote(str(data))}; n=$(cat \"$d/counter\"); last={len(rounds) - 1}\n"
+        f"d={shlex.quote(str(data))}\n"
+        f'case " $* " in *" -q "*) cat "$d/window"; exit {rc if window_rc is None else window_rc} ;; esac\n'
+        "n=$(cat \"$d/counter\"); last=" + str(len(rounds) - 1) + "\n"
         "i=$(( n < last ? n : last )); echo $((n + 1)) > \"$d/counter\"\n"
-        "cat \"$d/$i\"\n"
+        'case " $* " in *" --query-gpu=index,pci.bus_id,"*) cat "$d/bus$i" ;; *) cat "$d/$i" ;; esac\n'
         f"exit {rc}\n"
     )
     script.chmod(0o755)
     return script
+
+
+def _with_bus_id(line: str) -> str:
+    m = _ROW.match(line)
+    return f"{m[1]}, {bus_id(int(m[1]))},{m[2]}" + line[m.end():] if m and line.count(",") >= 3 else line
+
+
+def synthesised_window(rounds: Sequence[str]) -> str:
+    """`nvidia-smi -q -d UTILIZATION` for the GPUs of these rounds: each one's readings as its driver's window."""
+    utils: dict[int, list[float | None]] = {}
+    for text in rounds:
+        for line in text.splitlines():
+            if (m := _ROW.match(line)) and line.count(",") >= 3:
+                last = line.rsplit(",", 1)[1].strip()
+                utils.setdefault(int(m[1]), []).append(float(last) if re.fullmatch(r"[0-9]+", last) else None)
+    gpus = []
+    for index, seen in sorted(utils.items()):
+        known = [u for u in seen if u is not None]
+        now = f"{known[0]:.0f} %" if seen[0] is not None else "N/A"
+        gpus.append(SmiGpu(bus_id(index), gpu=now, gpu_samples=Samples.of(known) if len(known) == len(seen)
+                           else NOT_AVAILABLE))
+    return utilization_report(gpus)
 
 
 def path_with(bin_dir: Path) -> dict[str, str]:

@@ -54,6 +54,7 @@ def test_each_run_gets_its_own_sections_and_the_shared_ones(tmp_path, monkeypatc
     # The GPUs were read once, for all three, and every run sees that reading.
     assert (tmp_path / "bin" / "smi-rounds" / "counter").read_text().strip() == "1"
     assert all(s.get("gpus") == training.get("gpus") and s.complete for s in (training, missing, hostile))
+    assert all(s.get(p) == training.get(p) is not None for s in (missing, hostile) for p in ("gpu.window", "gpu.window.rc"))
 
 
 def test_one_runs_trouble_is_its_own_verdict(tmp_path):

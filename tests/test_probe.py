@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from bot.core.sections import marker, split_sections
 from bot.probe.script import build_script
 from bot.probe.runners import LocalRunner
+from bot.demo.smi import NOT_AVAILABLE, SmiGpu, bus_id, utilization_report
 from tests.standins import fake_nvidia_smi, path_with, writer_holding
 
 NONCE = "abcdef0123456789"
@@ -113,14 +114,27 @@ def test_writer_is_found_and_a_reader_is_not(tmp_path):
         assert s.text("writers").strip().startswith("# hidden ")  # and no writer line
 
 
-def test_gpu_samples_are_spread_over_about_a_second(tmp_path):
+def test_without_the_drivers_window_gpu_samples_are_spread_over_about_a_second(tmp_path):
+    bin_dir = tmp_path / "bin"
+    fake_nvidia_smi(bin_dir, ["0, 100, 143771, 5\n"], window=utilization_report([SmiGpu(bus_id(0), "N/A", "N/A",
+                                                                                      NOT_AVAILABLE, NOT_AVAILABLE)]))
+    started = time.monotonic()
+    _, s = probe(Target(str(tmp_path / "x.log"), gpu_samples=5), path_with(bin_dir))
+    took = time.monotonic() - started
+    assert s.text("gpus").count("# sample") == 5
+    assert s.rc("gpu.window") == 0 and "N/A" in s.text("gpu.window")
+    assert 0.6 < took < 3.0
+
+
+def test_with_the_drivers_window_one_reading_and_no_sleep(tmp_path):
     bin_dir = tmp_path / "bin"
     fake_nvidia_smi(bin_dir, ["0, 100, 143771, 5\n"])
     started = time.monotonic()
     _, s = probe(Target(str(tmp_path / "x.log"), gpu_samples=5), path_with(bin_dir))
     took = time.monotonic() - started
-    assert s.text("gpus").count("# sample") == 5
-    assert 0.6 < took < 3.0
+    assert s.text("gpus").count("# sample") == 1
+    assert s.rc("gpu.window") == 0 and "GPU Utilization Samples" in s.text("gpu.window")
+    assert took < 0.6  # the sampling above takes more than that: no sleep was left on this path
 
 
 def test_missing_nvidia_smi_is_said(tmp_path):

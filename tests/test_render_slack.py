@@ -18,7 +18,7 @@ from bot.core.redact import printable
 from bot.core.facts import Crash, Process, Step
 from bot.core.verdict import Level, Phase, Verdict
 from config.registry import Run
-from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section
+from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section, gpu_window
 
 RUN = Run(name="dflash", host="local", container=None, log="/workspace/train.log", gpus=(("target", (0, 1)), ("drafter", (2,))))
 GPUS = gpu_section([[(0, 31000, 97), (1, 30000, 99), (2, 18000, 0)]] * 5)
@@ -210,6 +210,17 @@ def test_gpu_rows_have_a_sparkline_and_fit():
     assert any("drafter" in r for r in rows) and any("idle" in r and "▁▁▁▁▁" in r for r in rows)
     assert all(width(r) <= rs.CODE_WIDTH for r in rows)
     assert "target 0–1 busy" in msg["text"]
+
+
+def test_gpu_rows_from_the_drivers_window_show_avg_and_range_and_say_where_they_come_from():
+    gpus = gpu_section([[(0, 31000, 75), (1, 30000, 100), (2, 18000, 0)]], bus_ids=True)
+    window = gpu_window([(0, 99, 0, 49), (1, 99, 98, 98), (2, 0, 0, 0)])
+    msg = rs.gpus_message(diagnose(evidence("step=1 loss=2\n", gpus=gpus, window=window), RUN), "dflash")
+    assert code_rows(msg) == ["target:", " 0 oscillating 30/140 GB  avg 49 · 0–99", " 1 busy        29/140 GB  avg 98 · 98–99",
+                              "drafter:", " 2 idle        18/140 GB  avg 0 · 0–0"]
+    assert all(width(r) <= rs.CODE_WIDTH for r in code_rows(msg))
+    assert "util from driver window 14 s, 71 samples" in msg["text"]
+    assert "util from 5 readings over 1 s" in rs.gpus_message(verdict_of("step=1 loss=2\n"))["text"]
 
 
 def test_a_huge_tail_is_trimmed_from_the_top_with_a_note():

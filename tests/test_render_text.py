@@ -7,7 +7,7 @@ import pytest
 from bot.render import text as render_text
 from bot.core.diagnose import diagnose
 from config.registry import Run
-from tests.builders import KEY_BODY, KEY_LOGS, evidence
+from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section, gpu_window
 
 RUN = Run(name="r", host="local", container=None, log="/workspace/train.log")
 
@@ -29,3 +29,29 @@ def test_the_tail_keeps_ordinary_lines_and_redacts_tokens():
 def test_a_short_tail_that_starts_inside_a_key_block_prints_none_of_it(n):
     out = render_text.tail(diagnose(evidence("\n".join(KEY_LOGS["cut off"]) + "\n"), RUN), n)
     assert not any(line[:8] in out or line[-8:] in out for line in KEY_BODY), out
+
+
+ROLES = Run(name="r", host="local", container=None, log="/workspace/train.log", gpus=(("target", (0,)), ("drafter", (1,))))
+
+
+def test_gpus_from_the_drivers_window_say_so_and_show_avg_min_max_and_now():
+    gpus = gpu_section([[(0, 31395, 75), (1, 18211, 0)]], bus_ids=True)
+    v = diagnose(evidence("step=1 loss=2.0\n", gpus=gpus, window=gpu_window([(0, 99, 0, 49), (1, 0, 0, 0)])), ROLES)
+    assert render_text.gpus(v).splitlines()[1:] == [
+        "  target 0 oscillating · drafter 1 idle (memory held)",
+        "  util from driver window 14 s, 71 samples",
+        "  target (0)",
+        "    GPU 0: oscillating 31 GB/140 GB     util % avg 49 · 0–99 · now 75",
+        "  drafter (1)",
+        "    GPU 1: idle        18 GB/140 GB     util % avg 0 · 0–0 · now 0",
+        "  ! drafter GPU 1 idle with 18 GB held",
+    ]
+
+
+def test_gpus_from_readings_say_how_many_and_why_not_the_window():
+    gpus = gpu_section([[(0, 31395, u)] for u in (100, 0, 100)], bus_ids=True)
+    na = gpu_window([(0, 99, 0, 49)]).replace("14.00 sec", "18446744073709 sec")
+    v = diagnose(evidence("step=1 loss=2.0\n", gpus=gpus, window=na), RUN)
+    out = render_text.gpus(v).splitlines()
+    assert out[2] == "  util from 3 readings over 0.5 s (driver window: absurd duration)"
+    assert out[-1] == "    GPU 0: busy        31 GB/140 GB     util % 100 0 100"

@@ -70,7 +70,7 @@ def setup_run(tmp: Path, *, smi_delay: float = 0) -> Path:
     fake_nvidia_smi(tmp / "bin", [SMI])
     if smi_delay:
         (tmp / "bin" / "nvidia-smi").rename(tmp / "bin" / "nvidia-smi.real")
-        (tmp / "bin" / "nvidia-smi").write_text(f'#!/usr/bin/env bash\nsleep {smi_delay}\nexec "$(dirname "$0")/nvidia-smi.real"\n')
+        (tmp / "bin" / "nvidia-smi").write_text(f'#!/usr/bin/env bash\nsleep {smi_delay}\nexec "$(dirname "$0")/nvidia-smi.real" "$@"\n')
         (tmp / "bin" / "nvidia-smi").chmod(0o755)
     config = tmp / "runs.toml"
     config.write_text(f'[runs.dflash]\nhost = "local"\nlog = "{tmp / "train.log"}"\ngpu_samples = 1\nsilence_after = "1h"\n'

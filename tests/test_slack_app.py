@@ -80,7 +80,7 @@ class Bot:
 
     @property
     def probes(self) -> int:
-        """nvidia-smi calls so far: one per probe (gpu_samples = 1)."""
+        """--query-gpu calls so far: one per probe (the driver's window, or gpu_samples = 1)."""
         return int(self.smi_counter.read_text())
 
     async def __aenter__(self) -> Bot:
@@ -180,7 +180,7 @@ async def test_a_prefix_names_the_run_and_here_posts_in_the_channel(make_bot):
 async def test_gpus_answer(make_bot):
     async with make_bot() as bot:
         answer = await bot.ask("gpus dflash")
-    assert lines(answer)[1:] == ["target 0–1 busy", "drafter 2 busy"]
+    assert lines(answer)[1:] == ["target 0–1 busy", "drafter 2 busy", "util from driver window 14 s, 71 samples"]
     code = next(b["text"]["text"] for b in answer["blocks"] if b["type"] == "section" and b["text"]["text"].startswith("```"))
     assert "target:" in code and "drafter:" in code
 

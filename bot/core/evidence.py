@@ -344,7 +344,9 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
         moved=_moved(sections),
         near=parse_processes(near_text),
         processes=parse_processes(sections.text("procs", 1 << 16)),
-        gpus=parse_gpu_section(sections.text("gpus", 1 << 18)),
+        gpus=parse_gpu_section(sections.text("gpus", 1 << 18),
+                               sections.text("gpu.window", 1 << 18) if "gpu.window" in sections.parts else None,
+                               sections.rc("gpu.window")),
         problems=tuple(_problems(sections, log)),
     )
 

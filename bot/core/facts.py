@@ -83,15 +83,55 @@ class GpuSample:
     util_pct: float | None  # None when nvidia-smi printed [N/A]
     mem_used_mib: float | None
     mem_total_mib: float | None = None
+    bus_id: str | None = None  # "0:0:6.0": pci.bus_id normalised (bot.core.gpu_window.bus_key), when queried
+
+
+class GpuMethod(enum.Enum):
+    """How a probe read the GPUs' utilisation."""
+
+    WINDOW = "window"  # the driver's own sample buffer (`nvidia-smi -q -d UTILIZATION`), ~14 s
+    READINGS = "readings"  # the probe's own `--query-gpu` readings, gpu_samples of them over about a second
+
+
+class WindowGap(str, enum.Enum):
+    """Why the driver's window could not stand in for readings (the value is what users read)."""
+
+    FAILED = "nvidia-smi -q failed"  # exit status not 0: an old nvidia-smi, or a driver that fails it
+    MISSING = "not in nvidia-smi -q"  # no GPU Utilization Samples block (or no GPU at all) in the output
+    NOT_AVAILABLE = "N/A"  # the driver keeps no samples for this GPU
+    UNREADABLE = "unreadable"  # values that are not numbers, or Min > Avg > Max
+    ABSURD_DURATION = "absurd duration"  # 0 s, or 18446744073709 sec (an unsigned -1 in microseconds)
+    NO_SAMPLES = "no samples"
+    MIG = "MIG"  # a partitioned GPU: the whole card's utilisation says nothing of one instance
+    VGPU = "vGPU"
+    UNMATCHED = "bus ids do not match"  # a GPU of the reading has no block of its bus id
+
+
+@dataclass(frozen=True)
+class UtilWindow:
+    """One GPU's `GPU Utilization Samples` from the driver: Max, Min and Avg over its last Duration."""
+
+    duration_s: float
+    samples: int
+    max_pct: float
+    min_pct: float
+    avg_pct: float
 
 
 @dataclass(frozen=True)
 class GpuReadings:
-    """All samples of all GPUs from one probe, or why there are none."""
+    """All samples of all GPUs from one probe, the driver's window when it could be used, or why there are none."""
 
     samples: tuple[tuple[GpuSample, ...], ...] = ()  # one tuple per sampling round
     error: str | None = None  # "nvidia-smi not found", "NVIDIA driver not loaded"…
+    windows: tuple[tuple[int, UtilWindow], ...] = ()  # (index, window) for every GPU read, or none
+    gap: WindowGap | None = None  # why there are no windows, when the probe asked the driver for them
+    span_s: float | None = None  # first reading to last, from the rounds' own t= stamps
 
     @property
     def indices(self) -> list[int]:
         return sorted({g.index for round_ in self.samples for g in round_})
+
+    @property
+    def method(self) -> GpuMethod:
+        return GpuMethod.WINDOW if self.windows else GpuMethod.READINGS

@@ -1,4 +1,4 @@
-"""Parse nvidia-smi output and classify each GPU (busy, oscillating, low, idle, unknown) by role."""
+"""Parse nvidia-smi (readings, the driver's window) and classify each GPU (busy, oscillating, low, idle, unknown) by role."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from bot.core.facts import GpuReadings, GpuSample
+from bot.core.facts import GpuMethod, GpuReadings, GpuSample, UtilWindow, WindowGap
+from bot.core.gpu_window import bus_key, match, parse_utilization
+from bot.core.humanize import duration
 
 # One reading of utilization.gpu covers a fraction of a second, so a verdict needs several.
 # A GPU doing real work reads well above half; below that it waits more than it computes.
@@ -18,6 +20,13 @@ BUSY_MIN_PCT = 50.0
 BUSY_MIN_SHARE = 0.5
 # nvidia-smi prints whole percents; 1 % is its noise floor, any kernel launched reads more.
 IDLE_MAX_PCT = 1.0
+# The driver's window gives Max, Min and Avg, not each sample. A training loop's GPU sits near its top
+# while it computes and near 0 while it waits, so the share of the window spent high is about
+# (Avg - Min) / (Max - Min) (exact for two levels). "Busy" still means high in most of the window, but
+# the estimate is off by a sample or two in 71 and by the driver's whole-percent Avg: a 50 % duty cycle
+# reads Avg 49 to 51 (the H200 capture: 99 / 0 / 49), and must stay "oscillating" whichever it reads.
+# Above 60 % the loop is clearly high most of the time.
+WINDOW_BUSY_SHARE = 0.6
 # A CUDA context plus allocator overhead is ~0.3-0.6 GiB on any card, and an unused GPU
 # shows a few MiB; above 1 GiB some process put weights or buffers there.
 HOLDS_MEMORY_MIB = 1024.0
@@ -35,18 +44,22 @@ _MAX_COLUMNS = 64
 
 MISSING = "nvidia-smi not found on the probe's PATH"
 
-_FIELDS = ("index", "memory.used", "memory.total", "utilization.gpu")
+# The probe's --query-gpu: the bus id matches the rows to the blocks of `nvidia-smi -q`.
+PROBE_QUERY = ("index", "pci.bus_id", "memory.used", "memory.total", "utilization.gpu")
+_FIELDS = PROBE_QUERY  # the fields runbot reads; a header may list them in any order
 _UNITS = {"memory.used": "mib", "memory.total": "mib", "utilization.gpu": "%"}
-# Without a header the column count tells the query: the probe's four columns (wider queries
-# append theirs), or the three an operator types by hand (index, memory.used, utilization.gpu).
+# Without a header the columns tell the query: the probe's own (a bus id second), the four of probes
+# before issue 12 (wider queries append theirs), or the three an operator types by hand.
 _LAYOUT3 = {"index": 0, "memory.used": 1, "utilization.gpu": 2}
 _LAYOUT4 = {"index": 0, "memory.used": 1, "memory.total": 2, "utilization.gpu": 3}
+_LAYOUT_PROBE = {name: i for i, name in enumerate(PROBE_QUERY)}
 _INDEX = re.compile(r"[0-9]{1,6}")
 _VALUE = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,6})?)\s*(mib|%)?", re.I)
 _HEADER_FIELD = re.compile(r"([a-z][a-z0-9_.]*)\s*(?:\[[^\]]*\])?", re.I)
 _ROWISH = re.compile(r"\s*[0-9]+\s*,")
 _ROUND = re.compile(r"#\s*sample\b")
 _RC = re.compile(r"\brc=(-?[0-9]{1,6})\b")
+_T = re.compile(r"\bt=([0-9]{1,12}(?:\.[0-9]{1,9})?)\b")
 
 # nvidia-smi's documented exit codes (and the shell's), for a failing round that printed nothing.
 _RC_MEANING = {
@@ -94,9 +107,13 @@ def _explain(junk: list[str]) -> str:
     return _cap(f"nvidia-smi: {junk[0][:_SCAN_CHARS]}")
 
 
+def _no_value(field: str) -> bool:
+    return field.upper() == "N/A" or field.startswith("[")  # [N/A], [Not Supported], [Unknown Error]…
+
+
 def _value(field: str, unit: str) -> tuple[bool, float | None]:
     """(ok, number): ok is False when the field is neither a number in `unit` nor a non-value."""
-    if field.upper() == "N/A" or field.startswith("["):  # [N/A], [Not Supported], [Unknown Error]…
+    if _no_value(field):
         return True, None
     m = _VALUE.fullmatch(field)
     if not m or (m[2] and m[2].lower() != unit):
@@ -116,7 +133,11 @@ def _sample(fields: list[str], columns: Mapping[str, int]) -> GpuSample | None:
         ok, got[name] = _value(fields[columns[name]], unit) if name in columns else (True, None)
         if not ok:
             return None
-    return GpuSample(int(fields[pos]), got["utilization.gpu"], got["memory.used"], got["memory.total"])
+    bus = None
+    if (at := columns.get("pci.bus_id")) is not None and not _no_value(fields[at]):
+        if (bus := bus_key(fields[at])) is None:
+            return None
+    return GpuSample(int(fields[pos]), got["utilization.gpu"], got["memory.used"], got["memory.total"], bus)
 
 
 def _header(fields: list[str]) -> dict[str, int] | None:
@@ -128,7 +149,7 @@ def _header(fields: list[str]) -> dict[str, int] | None:
 
 
 def parse_query_csv(text: str) -> tuple[list[GpuSample], str | None]:
-    """Rows of `nvidia-smi --query-gpu=index,memory.used,memory.total,utilization.gpu --format=csv…`.
+    """Rows of `nvidia-smi --query-gpu=index,pci.bus_id,memory.used,memory.total,utilization.gpu --format=csv…`.
 
     Anything that is not a data row is error text (stderr is merged in), summed up as one
     sentence; rows printed before or after an error are kept.
@@ -152,6 +173,8 @@ def parse_query_csv(text: str) -> tuple[list[GpuSample], str | None]:
                 sample = _sample(fields, columns)
             elif len(fields) == 3:
                 sample = _sample(fields, _LAYOUT3)
+            elif len(fields) == len(PROBE_QUERY) and (bus_key(fields[1]) is not None or _no_value(fields[1])):
+                sample = _sample(fields, _LAYOUT_PROBE)
             elif len(fields) >= 4:
                 sample = _sample(fields, _LAYOUT4)
         if sample is None:
@@ -164,8 +187,9 @@ def parse_query_csv(text: str) -> tuple[list[GpuSample], str | None]:
     return rows, (_explain(junk) if junk else None)
 
 
-def parse_gpu_section(body: str) -> GpuReadings:
-    """The probe's GPU section: `@missing`, or rounds of `# sample N t=… rc=N` then CSV rows."""
+def parse_gpu_section(body: str, window: str | None = None, window_rc: int | None = None) -> GpuReadings:
+    """The probe's GPU sections: `gpus`, `@missing` or rounds of `# sample N t=… rc=N` then CSV rows, and
+    `gpu.window` with its exit status: the driver's window, None where the probe did not ask (before issue 12)."""
     lines = _lines(body)
     first = next((line.strip() for line in lines if line.strip()), None)
     if first is None:
@@ -174,10 +198,13 @@ def parse_gpu_section(body: str) -> GpuReadings:
         return GpuReadings(error=MISSING)
     preamble: list[str] = []
     rounds: list[tuple[int | None, list[str]]] = []
+    stamps: list[float] = []
     for line in lines:
         if _ROUND.match(line.strip()):
             m = _RC.search(line[:_SCAN_CHARS])
             rounds.append((int(m[1]) if m else None, []))  # no rc: header cut short
+            if t := _T.search(line[:_SCAN_CHARS]):
+                stamps.append(float(t[1]))
         else:
             (rounds[-1][1] if rounds else preamble).append(line)
     samples: list[tuple[GpuSample, ...]] = []
@@ -196,7 +223,14 @@ def parse_gpu_section(body: str) -> GpuReadings:
             errors.append(err)
     if not samples and not errors:
         errors.append("nvidia-smi printed no GPU rows")
-    return GpuReadings(samples=tuple(samples), error=errors[0] if errors else None)
+    windows: tuple[tuple[int, UtilWindow], ...] = ()
+    gap = None
+    if window is not None:
+        blocks, gap = ({}, WindowGap.FAILED) if window_rc not in (0, None) else parse_utilization(window)
+        windows, gap = match(blocks, gap, [s for round_ in samples for s in round_])
+    span = max(stamps) - min(stamps) if len(stamps) > 1 else None
+    return GpuReadings(samples=tuple(samples), error=errors[0] if errors else None, windows=windows, gap=gap,
+                       span_s=span)
 
 
 def _number(x: object) -> float | None:
@@ -225,6 +259,15 @@ def format_gb(mib: float) -> str:
     return f"{gb:.0f} GB" if gb >= 10 else f"{gb:.1f}".removesuffix(".0") + " GB"
 
 
+def util_words(g: GpuState, *, now: bool = True) -> str:
+    """A GPU's utilisation as its answer row shows it: "avg 49 · 0–99 · now 75" from the window, else the readings."""
+    if g.window is None:
+        return " ".join("?" if u is None else f"{u:.0f}" for u in g.utils)
+    w = g.window
+    text = f"avg {w.avg_pct:.0f} · {w.min_pct:.0f}–{w.max_pct:.0f}"
+    return text + (f" · now {'?' if g.now_pct is None else f'{g.now_pct:.0f}'}" if now else "")
+
+
 def _gb_range(mibs: Iterable[float]) -> str:
     values = sorted(mibs)
     lo, hi = format_gb(values[0]), format_gb(values[-1])
@@ -233,15 +276,57 @@ def _gb_range(mibs: Iterable[float]) -> str:
 
 @dataclass(frozen=True)
 class GpuState:
-    """One GPU's verdict over all sampling rounds."""
+    """One GPU's verdict over the driver's window, or over all sampling rounds."""
 
     index: int
     role: str | None
     cls: str  # "busy" | "oscillating" | "low" | "idle" | "unknown"
-    utils: tuple[float | None, ...]  # one per round that listed this GPU
+    utils: tuple[float | None, ...]  # one per round that listed this GPU (with a window: the one reading)
     mem_used_mib: float | None  # the latest reading
     mem_total_mib: float | None
     holds_memory: bool
+    window: UtilWindow | None = None  # the driver's window the class was read from; None: from utils
+
+    @property
+    def busy_share(self) -> float | None:
+        """The share of the time at BUSY_MIN_PCT or more: estimated over the window, else counted in readings."""
+        return _window_share(self.window) if self.window is not None else _readings_share(self.utils)
+
+    @property
+    def floor(self) -> float | None:
+        """The lowest utilisation seen: the window's Min, else the lowest reading (one nvidia-smi could not
+        print counts as 0: nothing shows it was high)."""
+        if self.window is not None:
+            return self.window.min_pct
+        return min((u or 0.0) for u in self.utils) if self.utils else None
+
+    @property
+    def now_pct(self) -> float | None:
+        """The latest instantaneous reading."""
+        return self.utils[-1] if self.utils else None
+
+
+@dataclass(frozen=True)
+class GpuBasis:
+    """What a report's utilisation rests on, in the words `gpus` answers show."""
+
+    method: GpuMethod = GpuMethod.READINGS
+    seconds: float | None = None  # the window's Duration, or first reading to last
+    count: int = 0  # the driver's samples in the window, or the probe's readings
+    gap: WindowGap | None = None  # why not the window, where the probe asked the driver for it
+
+    def phrase(self) -> str:
+        """"driver window 14 s, 71 samples", or "5 readings over 0.8 s (driver window: N/A)"."""
+        if self.method is GpuMethod.WINDOW:
+            return f"driver window {_seconds(self.seconds)}, {self.count} sample{'s' * (self.count != 1)}"
+        text = f"{self.count} reading{'s' * (self.count != 1)}"
+        text += f" over {_seconds(self.seconds)}" if self.count > 1 and self.seconds is not None else ""
+        return text + (f" (driver window: {self.gap.value})" if self.gap is not None else "")
+
+
+def _seconds(s: float | None) -> str:
+    """Readings span about a second, so tenths matter there ("0.8 s"); a window is "14 s"."""
+    return duration(s) if s is None or s >= 9.95 else f"{s:.1f}".removesuffix(".0") + " s"
 
 
 # Order and wording of class groups in summaries; idle splits on memory held.
@@ -257,6 +342,7 @@ class GpuReport:
     roles: tuple[tuple[str, tuple[int, ...]], ...] = ()
     error: str | None = None
     findings: tuple[str, ...] = ()
+    basis: GpuBasis = GpuBasis()
 
     def by_index(self, index: int) -> GpuState | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -308,22 +394,55 @@ class GpuReport:
         return out + ([self.error] if self.error else []) + list(self.findings)
 
 
-def _classify_one(utils: Sequence[float | None]) -> str:
+def _readings_share(utils: Sequence[float | None]) -> float | None:
     numbers = [u for u in utils if u is not None]
-    if not numbers:
+    return sum(u >= BUSY_MIN_PCT for u in numbers) / len(numbers) if numbers else None
+
+
+def _window_share(w: UtilWindow) -> float:
+    """The window's share spent high, from Min/Max/Avg: exact for a loop that computes, then waits."""
+    if w.min_pct >= BUSY_MIN_PCT:
+        return 1.0
+    if w.max_pct < BUSY_MIN_PCT:
+        return 0.0
+    return min(1.0, max(0.0, (w.avg_pct - w.min_pct) / (w.max_pct - w.min_pct)))
+
+
+def _classify_one(share: float | None, top: float, busy_share: float) -> str:
+    """The class from the share of time high and the highest utilisation seen, readings or window alike."""
+    if share is None:
         return "unknown"
-    if all(u <= IDLE_MAX_PCT for u in numbers):
+    if top <= IDLE_MAX_PCT:
         return "idle"
-    high = sum(u >= BUSY_MIN_PCT for u in numbers)
-    if high > BUSY_MIN_SHARE * len(numbers):
+    if share > busy_share:
         return "busy"
     # Never high, not quite zero: weights being copied in (0 2 1 2 2 % on the real GPU run), or
     # short bursts the sampling mostly missed. "Oscillating" would promise a loop seen working.
-    return "oscillating" if high else "low"
+    return "oscillating" if top >= BUSY_MIN_PCT else "low"
+
+
+def _state(index: int, role: str | None, seen: Sequence[GpuSample], window: UtilWindow | None) -> GpuState:
+    utils = tuple(_number(s.util_pct) for s in seen)
+    used = next((v for s in reversed(seen) if (v := _number(s.mem_used_mib)) is not None), None)
+    total = next((v for s in reversed(seen) if (v := _number(s.mem_total_mib)) is not None), None)
+    if window is not None:
+        cls = _classify_one(_window_share(window), window.max_pct, WINDOW_BUSY_SHARE)
+    else:
+        cls = _classify_one(_readings_share(utils), max((u for u in utils if u is not None), default=0.0),
+                            BUSY_MIN_SHARE)
+    return GpuState(index, role, cls, utils, used, total, used is not None and used > HOLDS_MEMORY_MIB, window)
+
+
+def _basis(readings: GpuReadings) -> GpuBasis:
+    """The window's shortest Duration and fewest samples across GPUs (they agree on real drivers), or the readings."""
+    if readings.method is GpuMethod.WINDOW:
+        windows = [w for _, w in readings.windows]
+        return GpuBasis(GpuMethod.WINDOW, min(w.duration_s for w in windows), min(w.samples for w in windows))
+    return GpuBasis(GpuMethod.READINGS, readings.span_s, len(readings.samples), readings.gap)
 
 
 def classify(readings: GpuReadings, roles: Mapping[str, Sequence[int]] | None = None) -> GpuReport:
-    """Classify every GPU over all rounds and note what looks wrong within each role."""
+    """Classify every GPU over the driver's window (else over all rounds) and note what looks wrong in each role."""
     role_list = tuple((str(name), tuple(dict.fromkeys(int(i) for i in idx))) for name, idx in (roles or {}).items())
     role_of: dict[int, str] = {}
     for name, indices in role_list:
@@ -333,14 +452,9 @@ def classify(readings: GpuReadings, roles: Mapping[str, Sequence[int]] | None = 
     for round_ in readings.samples:
         for s in round_:
             seen.setdefault(s.index, []).append(s)
-    gpus = []
-    for index in sorted(seen):
-        utils = tuple(_number(s.util_pct) for s in seen[index])
-        used = next((v for s in reversed(seen[index]) if (v := _number(s.mem_used_mib)) is not None), None)
-        total = next((v for s in reversed(seen[index]) if (v := _number(s.mem_total_mib)) is not None), None)
-        gpus.append(GpuState(index, role_of.get(index), _classify_one(utils), utils, used, total,
-                             used is not None and used > HOLDS_MEMORY_MIB))
-    return GpuReport(tuple(gpus), role_list, readings.error, tuple(_findings(gpus, role_list)))
+    windows = dict(readings.windows)
+    gpus = [_state(index, role_of.get(index), seen[index], windows.get(index)) for index in sorted(seen)]
+    return GpuReport(tuple(gpus), role_list, readings.error, tuple(_findings(gpus, role_list)), _basis(readings))
 
 
 def _findings(gpus: list[GpuState], roles: Sequence[tuple[str, tuple[int, ...]]]) -> list[str]:

@@ -17,7 +17,7 @@ RECENT_MAX = 4000  # points of one run kept in memory (a 0.5 s/step run gives 21
 
 @dataclass(frozen=True)
 class RoleLoad:
-    """One GPU role at one probe: the share of its samples that were busy, the memory it held."""
+    """One GPU role at one probe: the share of the time its GPUs were busy (their mean), the memory it held."""
 
     role: str
     busy: float  # 0..1
@@ -51,10 +51,11 @@ def _roles(gpu: GpuReport | None) -> tuple[RoleLoad, ...]:
     out = []
     roles = [(role, gpu.in_role(role)) for role, _ in gpu.roles] or [("GPUs", list(gpu.gpus))]
     for role, states in roles:
-        utils = [u for g in states for u in g.utils if u is not None]
+        # Each GPU's share of time busy (counted in its readings, or estimated over the driver's window).
+        shares = [share for g in states if (share := g.busy_share) is not None]
         mems = [g.mem_used_mib for g in states if g.mem_used_mib is not None]
-        if utils or mems:
-            busy = sum(1 for u in utils if u >= 50) / len(utils) if utils else 0.0
+        if shares or mems:
+            busy = sum(shares) / len(shares) if shares else 0.0
             out.append(RoleLoad(role, round(busy, 3), round(sum(mems) / 1024, 2) if mems else None))
     return tuple(out)
 

@@ -51,7 +51,7 @@ def split_sections(stdout: bytes, nonce: str) -> Sections:
     return Sections(parts)
 
 
-SHARED = frozenset({"gpus", "end"})  # what a group probe reads once for all its runs
+SHARED = frozenset({"gpu.window", "gpu.window.rc", "gpu.window.err", "gpus", "end"})  # read once for all a probe's runs
 _RUN = re.compile(r"run (\d+)\Z")
 
 

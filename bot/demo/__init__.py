@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from bot.demo.smi import Samples, SmiGpu, bus_id, utilization_report
 from bot.render import text as render_text
 from bot.service.chat import PrintingChat
 from bot.probe.checkup import check
@@ -22,18 +23,30 @@ from bot.service.watchdog import Watchdog
 from config.registry import load_registry
 
 # A stand-in nvidia-smi that follows the job's phase: two H200s, GPU 0 the target, GPU 1 a drafter.
+# `-q -d UTILIZATION` prints the phase's driver window (written by Demo from _WINDOWS); a query for
+# index,pci.bus_id,… gets the bus ids that window names.
 _FAKE_SMI = r"""#!/usr/bin/env bash
 phase=$(cat {phase} 2>/dev/null || echo none)
+case " $* " in *" -q "*) cat {folder}/window-"$phase" 2>/dev/null || cat {folder}/window-none; exit 0 ;; esac
+b0='' b1=''
+case " $* " in *" --query-gpu=index,pci.bus_id,"*) b0=' {bus0},' b1=' {bus1},' ;; esac
 r() {{ echo $((RANDOM % ($2 - $1 + 1) + $1)); }}
 case $phase in
-  importing) echo "0, 0, 143771, 0"; echo "1, 0, 143771, 0" ;;
-  loading)   echo "0, $(r 3000 25000), 143771, $(r 0 15)"; echo "1, 4, 143771, 0" ;;
+  importing) echo "0,$b0 0, 143771, 0"; echo "1,$b1 0, 143771, 0" ;;
+  loading)   echo "0,$b0 $(r 3000 25000), 143771, $(r 0 15)"; echo "1,$b1 4, 143771, 0" ;;
   training)  if ((RANDOM % 3)); then u=$(r 60 100); else u=0; fi
-             echo "0, 31395, 143771, $u"; echo "1, 18211, 143771, $(r 70 100)" ;;
-  silent)    echo "0, 31395, 143771, 0"; echo "1, 18211, 143771, 0" ;;
-  *)         echo "0, 0, 143771, 0"; echo "1, 0, 143771, 0" ;;
+             echo "0,$b0 31395, 143771, $u"; echo "1,$b1 18211, 143771, $(r 70 100)" ;;
+  silent)    echo "0,$b0 31395, 143771, 0"; echo "1,$b1 18211, 143771, 0" ;;
+  *)         echo "0,$b0 0, 143771, 0"; echo "1,$b1 0, 143771, 0" ;;
 esac
 """
+# What the driver's last 14 s look like in each phase, per GPU (Max, Min, Avg): loading copies weights in
+# at a few percent; training keeps the target up about two thirds of the time and the drafter steadily.
+_WINDOWS = {
+    "loading": (("15 %", "0 %", "6 %"), ("0 %", "0 %", "0 %")),
+    "training": (("100 %", "0 %", "66 %"), ("100 %", "70 %", "86 %")),
+    "none": (("0 %", "0 %", "0 %"), ("0 %", "0 %", "0 %")),
+}
 
 _CONFIG = """\
 [bot]
@@ -76,8 +89,12 @@ class Demo:
         bin_dir = folder / "bin"
         bin_dir.mkdir()
         smi = bin_dir / "nvidia-smi"
-        smi.write_text(_FAKE_SMI.format(phase=shlex.quote(str(self.phase_file))))
+        smi.write_text(_FAKE_SMI.format(phase=shlex.quote(str(self.phase_file)), folder=shlex.quote(str(bin_dir)),
+                                        bus0=bus_id(0), bus1=bus_id(1)))
         smi.chmod(0o755)
+        for phase, windows in _WINDOWS.items():  # the other phases (importing, silent, crashed) keep GPUs idle
+            gpus = [SmiGpu(bus_id(i), gpu=w[0], gpu_samples=Samples(*w)) for i, w in enumerate(windows)]
+            (bin_dir / f"window-{phase}").write_text(utilization_report(gpus))
         silence = "4s" if scale >= 1 else "2s"
         config = folder / "runs.toml"
         every = "2s" if scale >= 1 else "1s"  # the fast demo's silence is short: sweep often enough to see it

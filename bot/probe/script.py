@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from bot.core.formats import step_grep_ere
+from bot.core.gpu_window import MAX_WINDOW_S
+from bot.core.gpus import PROBE_QUERY
 from bot.core.sections import LINE_CAP
 
 
@@ -23,7 +25,7 @@ WINDOW_BYTES = 64 * 1024
 STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
 STEP_LINES = 32  # prose that mentions "step" must not push real step lines out
 MOVED_WINDOW_BYTES = 16 * 1024  # the end of the file a writer moved to (a rotated log): enough for its last steps
-GPU_QUERY = "index,memory.used,memory.total,utilization.gpu"
+GPU_QUERY = ",".join(PROBE_QUERY)
 PROCESS_HINT = r"python|torchrun|deepspeed|accelerate"
 
 
@@ -53,7 +55,7 @@ def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes:
     if not runs:
         raise ValueError("a probe needs at least one run")
     samples = max(1, max(int(run.gpu_samples) for run in runs))  # the GPUs are shared: read them once, for all
-    # Readings spread over about a second; nvidia-smi itself takes ~50-100 ms a call.
+    # Without the driver's window: readings spread over about a second; nvidia-smi itself takes ~30-100 ms a call.
     interval = 0.0 if samples == 1 else max(0.02, round(1.0 / (samples - 1) - 0.06, 3))
     caps = " ".join(str(c) for c in STEP_SEARCH_BYTES)
     values = {
@@ -63,6 +65,7 @@ def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes:
         "GPU_N": str(samples),
         "GPU_GAP": f"{interval:g}",
         "GPU_QUERY": GPU_QUERY,
+        "GPU_WINDOW_MAX": f"{MAX_WINDOW_S:g}",
         "PROC_HINT": PROCESS_HINT,
         "STEP_LINES": str(STEP_LINES),
         "LINE_CAP": str(LINE_CAP),
@@ -89,15 +92,77 @@ part() {  # part NAME FUNCTION: stdout as section NAME, then NAME.rc and NAME.er
   if [ -n "$err" ]; then mark "$name.err"; printf '%s' "${err:0:2000}"; fi
 }
 
-gpu_rounds() {
-  if ! command -v nvidia-smi >/dev/null 2>&1; then echo '@missing'; return 0; fi
-  local i out rc t=''
-  command -v timeout >/dev/null 2>&1 && t='timeout 10'
-  for ((i = 1; i <= GPU_N; i++)); do
-    out=$($t nvidia-smi --query-gpu="$GPU_QUERY" --format=csv,noheader,nounits 2>&1); rc=$?
-    printf '# sample %d t=%s rc=%d\n%s\n' "$i" "$(now)" "$rc" "${out:0:8000}"
-    [ "$rc" -ne 0 ] && break   # a broken driver will not mend within a second
-    ((i < GPU_N)) && sleep "$GPU_GAP"
+gpu_window() { $GPU_T nvidia-smi -q -d UTILIZATION; }
+
+gpu_read() {  # reading N: `# sample N t=… rc=N`, then the rows (stderr merged: the parser reads failures from it)
+  local out rc
+  out=$($GPU_T nvidia-smi --query-gpu="$GPU_QUERY" --format=csv,noheader,nounits 2>&1); rc=$?
+  printf '# sample %d t=%s rc=%d\n%s\n' "$1" "$(now)" "$rc" "${out:0:8000}"
+  return "$rc"
+}
+
+window_ok() {  # window_ok PART READING: does the driver's window cover every GPU of the reading?
+  # The same rules as bot/core/gpu_window.py (tests/test_gpu_window.py holds the two to each other):
+  # rc 0; per GPU of the reading, a block of its bus id, no MIG or vGPU in it, and a GPU Utilization
+  # Samples sub-block with 0 < Duration <= GPU_WINDOW_MAX, Number of Samples > 0, Min <= Avg <= Max <= 100.
+  R=$2 awk -v mk="@@RB:$NONCE@@ " -v cap="$GPU_WINDOW_MAX" '
+    function key(b,   p, i) {  # 00000000:00:06.0 -> 0:0:6.0, as bus_key()
+      if (b !~ /^[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+$/) return ""
+      split(tolower(b), p, /[:.]/)
+      for (i = 1; i <= 4; i++) { sub(/^0+/, "", p[i]); if (p[i] == "") p[i] = "0" }
+      return p[1] ":" p[2] ":" p[3] "." p[4]
+    }
+    index($0, mk) == 1 { sec = substr($0, length(mk) + 1); bus = ""; next }
+    sec == "gpu.window.rc" { rc = $0; next }
+    sec != "gpu.window" { next }
+    /^GPU [^ ]+ *$/ { b = $2; bus = key(b); if (bus != "") seen[bus] = 1; title = ""; next }
+    bus == "" { next }
+    /(^|[^A-Za-z0-9_])MIG([^A-Za-z0-9_]|$)/ || /(^|[^A-Za-z0-9_])[vV]GPU/ { shared[bus] = 1 }
+    /^    [^ ]/ { title = $0; sub(/^ +/, "", title); sub(/ +$/, "", title); next }
+    title == "GPU Utilization Samples" && /^        [^ ]/ && index($0, ":") {
+      k = $0; sub(/^ +/, "", k); sub(/ *:.*$/, "", k)
+      v = $0; sub(/^[^:]*: */, "", v); sub(/ +$/, "", v)
+      if (!((bus, k) in val)) val[bus, k] = v
+    }
+    function pct(v) { return v ~ /^[0-9]+ %$/ && v + 0 <= 100 }
+    function good(b,   d, n, hi, lo, avg) {
+      if (!(b in seen) || (b in shared)) return 0
+      d = val[b, "Duration"]; n = val[b, "Number of Samples"]
+      hi = val[b, "Max"]; lo = val[b, "Min"]; avg = val[b, "Avg"]
+      if (d !~ /^[0-9]+(\.[0-9]+)? sec$/ || n !~ /^[0-9]+$/ || !pct(hi) || !pct(lo) || !pct(avg)) return 0
+      return d + 0 > 0 && d + 0 <= cap + 0 && n + 0 > 0 && lo + 0 <= avg + 0 && avg + 0 <= hi + 0
+    }
+    END {
+      if (rc != "0") exit 1
+      rows = split(ENVIRON["R"], line, "\n"); gpus = 0
+      for (i = 1; i <= rows; i++) {
+        if (line[i] !~ /^ *[0-9]+ *,/) continue
+        split(line[i], f, ","); b = f[2]; gsub(/^ +| +$/, "", b)
+        if (!good(key(b))) exit 1
+        gpus++
+      }
+      exit (gpus == 0)
+    }' <<< "$1"
+}
+
+gpu_rounds() {  # the driver's window and one reading; gpu_samples readings over ~1 s only where the window cannot serve
+  if ! command -v nvidia-smi >/dev/null 2>&1; then mark gpus; echo '@missing'; return 0; fi
+  local w r rc i n=$GPU_N
+  GPU_T=''
+  command -v timeout >/dev/null 2>&1 && GPU_T='timeout 10'
+  w=$(part gpu.window gpu_window)
+  printf '%s' "$w"
+  mark gpus
+  case $w in  # -q hung for 10 s: a query would hang as long, and the probe's own timeout is near
+    *"@@ gpu.window.rc"$'\n'124 | *"@@ gpu.window.rc"$'\n'124$'\n'*) printf '# sample 1 t=%s rc=124\n' "$(now)"; return 0 ;;
+  esac
+  r=$(gpu_read 1); rc=$?
+  printf '%s\n' "$r"
+  [ "$rc" -ne 0 ] && return 0   # a broken driver will not mend within a second
+  window_ok "$w" "$r" && return 0
+  for ((i = 2; i <= n; i++)); do
+    sleep "$GPU_GAP"
+    gpu_read "$i" || break
   done
   return 0
 }
@@ -252,7 +317,7 @@ procs() {
     | grep -aE -- "$PROC_HINT" | grep -v -e "$NONCE" | head -n 20 | cut -c 1-300
 }
 
-exec 4< <(gpu_rounds)   # GPU sampling takes ~1 s: let it run while the logs are read
+exec 4< <(gpu_rounds)   # ~70 ms with the driver's window, ~1 s of sampling without: let it run while the logs are read
 scan
 for R in "${!LOGS[@]}"; do
   LOG=${LOGS[R]}; STEP_ERE=${STEP_ERES[R]}
@@ -263,6 +328,6 @@ for R in "${!LOGS[@]}"; do
   part writers writers
   part procs procs
 done
-mark gpus; cat <&4
+cat <&4   # gpu_rounds marks its own sections (gpu.window, gpus): shared by every run
 mark end
 """

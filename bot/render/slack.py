@@ -8,7 +8,7 @@ import unicodedata
 import urllib.parse
 from typing import Any, Iterable, Sequence
 
-from bot.core.gpus import format_gb
+from bot.core.gpus import GpuState, format_gb, util_words
 from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
 from bot.core.verdict import TAIL_DEFAULT, Level, Verdict
 from bot.render.facts import rows as fact_rows
@@ -258,7 +258,7 @@ def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Me
         blocks.append(section(f":warning: {safe(report.error)}"))
         text.append(safe(report.error))
     else:
-        summary = [safe(line) for line in report.lines()]
+        summary = [safe(line) for line in report.lines()] + [f"util from {report.basis.phrase()}"]
         blocks.append(section("\n".join(summary)))
         text += summary
         rows = []
@@ -280,16 +280,20 @@ def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Me
 _SPARK = "▁▂▃▄▅▆▇█"
 
 
-def _gpu_row(g) -> str:
-    """' 0 busy        31/141 GB ▇█▇██' — fits CODE_WIDTH with up to ~20 samples."""
+def _gpu_row(g: GpuState) -> str:
+    """' 0 busy        31/141 GB ▇█▇██' (a sparkline of the readings, up to ~20 fit CODE_WIDTH), or
+    ' 0 oscillating 0.9/140 GB avg 49 · 0–99' from the driver's window."""
     if g.mem_used_mib is None:
         mem = "mem ?"
     else:
         mem = format_gb(g.mem_used_mib).removesuffix(" GB")
         mem += f"/{format_gb(g.mem_total_mib)}" if g.mem_total_mib else " GB"
-    spark = "".join("?" if u is None else _SPARK[min(7, int(u * 8 / 100.01))] for u in g.utils)
+    if g.window is not None:
+        util = util_words(g, now=False)
+    else:
+        util = "".join("?" if u is None else _SPARK[min(7, int(u * 8 / 100.01))] for u in g.utils)
     row = f"{g.index:>2} {g.cls:<11} {mem:<10}"
-    return row + " " + spark[: max(0, CODE_WIDTH - len(row) - 1)]
+    return row + " " + util[: max(0, CODE_WIDTH - len(row) - 1)]
 
 
 def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None) -> Message:

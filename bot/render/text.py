@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from bot.core.gpus import format_indices
+from bot.core.gpus import format_indices, util_words
 from bot.core.redact import redact_lines, redact_secrets
 from bot.core.verdict import Level, Verdict
 from bot.render.times import clock
@@ -29,14 +29,14 @@ def status(v: Verdict, *, where: str = "", muted_until: float | None = None) -> 
 
 
 def gpus(v: Verdict) -> str:
-    """Per-GPU classification over the samples, grouped by role."""
+    """Per-GPU classification over the driver's window or the samples, grouped by role, and which it was."""
     head = _safe(v.headline)
     report = v.gpu
     if report is None or not v.reached:
         return f"{head}\n  no GPU readings (the run could not be probed)"
     if report.error and not report.gpus:
         return f"{head}\n  {report.error}"
-    lines = [head, f"  {report.summary()}"]
+    lines = [head, f"  {report.summary()}", f"  util from {report.basis.phrase()}"]
     roles = [(role, list(idx)) for role, idx in report.roles]
     placed = {i for _, idx in roles for i in idx}
     others = [g.index for g in report.gpus if g.index not in placed]
@@ -49,9 +49,8 @@ def gpus(v: Verdict) -> str:
             if g is None:
                 lines.append(f"    GPU {i}: not reported")
                 continue
-            utils = " ".join("?" if u is None else f"{u:.0f}" for u in g.utils)
             mem = _mem(g.mem_used_mib, g.mem_total_mib)
-            lines.append(f"    GPU {g.index}: {g.cls:<11} {mem:<16} util % {utils}")
+            lines.append(f"    GPU {g.index}: {g.cls:<11} {mem:<16} util % {util_words(g)}")
     lines += [f"  ! {f}" for f in report.findings]
     if report.error:
         lines.append(f"  ! {report.error}")

@@ -48,7 +48,7 @@ def idle_roles(gpu: GpuReport) -> list[Found]:
 def stuck_collective(gpu: GpuReport) -> Found | None:
     """Busy in every sample while the log is silent: a rank spinning in a collective, waiting for a peer
     whose GPU sits idle (or whose process is gone). Names both sides."""
-    spinning = [g for g in gpu.gpus if g.cls == "busy" and g.utils and all((u or 0) >= 90 for u in g.utils)]
+    spinning = [g for g in gpu.gpus if g.cls == "busy" and (floor := g.floor) is not None and floor >= 90]
     if not spinning:
         return None
     idle = [g for g in gpu.gpus if g.cls == "idle"]
