@@ -5,7 +5,7 @@
 # ran with). Output: .whl/ at the repo root (git-ignored: pass `carry: [".whl"]` to the
 # device run so it travels with the tree).
 #
-#   bash bench/gpu/make_wheels.sh              # the pydantic-settings stack
+#   bash bench/gpu/make_wheels.sh              # the pydantic-settings stack and google-re2 (config.validate)
 #   bash bench/gpu/make_wheels.sh --with-ssh   # + asyncssh, cryptography, cffi, pycparser
 #                                              #   (only if bot.cli imports asyncssh at top level)
 #   EXTRA="name==1.2 other" bash bench/gpu/make_wheels.sh   # anything else, same platform rules
@@ -15,7 +15,7 @@ cd "$REPO"
 DEST=${DEST:-.whl}
 VENV_PY=${VENV_PY:-$REPO/.venv/bin/python}
 
-names=(pydantic pydantic-core pydantic-settings python-dotenv typing-inspection annotated-types typing-extensions)
+names=(pydantic pydantic-core pydantic-settings python-dotenv typing-inspection annotated-types typing-extensions google-re2)
 [ "${1:-}" = --with-ssh ] && names+=(asyncssh cryptography cffi pycparser)
 # shellcheck disable=SC2206
 extra=(${EXTRA:-})
