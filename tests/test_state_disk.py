@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,11 @@ async def test_a_full_disk_loses_no_alert_and_is_said_once(tmp_path, caplog):
             await settle(wd)
         assert wd.state_file.healthy and "written again" in notes(chat)[-1]
         saved = on_disk(disk / "state.sqlite3")
-        assert saved.states == wd.ledger.states and saved.incidents == wd.ledger.incidents
+        # Every decision is on disk; a headline that only ticked on ("silent 1 min" -> "2 min") is not
+        # written by design (Watchdog._commit), so it is left out of the comparison.
+        assert {r: replace(s, headline="") for r, s in saved.states.items()} == \
+            {r: replace(s, headline="") for r, s in wd.ledger.states.items()}
+        assert saved.incidents == wd.ledger.incidents
         await wd.stop()
         wd.state_file.close()
 
