@@ -30,15 +30,30 @@ def count(value: float | None) -> str:
     return f"{v:.3g}" if v != int(v) else str(int(v))
 
 
+# Sizes count in powers of 1024 (a log's bytes, nvidia-smi's MiB), so they carry the IEC names of
+# those powers: "GB" would claim 10^9 and be 7 % off at GiB, 10 % at TiB.
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def _amount(value: float) -> str:
+    """Whole numbers from 10 up, one decimal below ("3.6", "2", "43"): a phone needs no more."""
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.1f}".removesuffix(".0")
+
+
 def size(nbytes: float | None) -> str:
+    """1536 -> "1.5 KiB", 12_400_000 -> "12 MiB", 980 -> "980 B"."""
     if nbytes is None:
         return "?"
-    v = float(nbytes)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if v < 1024 or unit == "TB":
-            return f"{v:.0f} {unit}" if unit == "B" or v >= 100 else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} TB"
+    value, unit = float(nbytes), 0
+    while unit < len(_UNITS) - 1 and round(abs(value)) >= 1024:
+        value, unit = value / 1024, unit + 1
+    return f"{value:.0f} B" if unit == 0 else f"{_amount(value)} {_UNITS[unit]}"
+
+
+def gib(mib: float, *more: float, sep: str = "/") -> str:
+    """GPU memory (nvidia-smi counts MiB) in GiB, one unit for numbers read side by side:
+    gib(43747) -> "43 GiB", gib(30000, 143771) -> "29/140 GiB", gib(a, b, sep="–") -> "43–75 GiB"."""
+    return sep.join(_amount(m / 1024) for m in (mib, *more)) + " GiB"
 
 
 def number(value: float | None) -> str:

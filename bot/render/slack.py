@@ -8,7 +8,7 @@ import unicodedata
 import urllib.parse
 from typing import Any, Iterable, Sequence
 
-from bot.core.gpus import format_gb
+from bot.core import humanize as hz
 from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
 from bot.core.verdict import TAIL_DEFAULT, Level, Verdict
 from bot.render.facts import rows as fact_rows
@@ -281,12 +281,11 @@ _SPARK = "▁▂▃▄▅▆▇█"
 
 
 def _gpu_row(g) -> str:
-    """' 0 busy        31/141 GB ▇█▇██' — fits CODE_WIDTH with up to ~20 samples."""
+    """' 0 busy        31/141 GiB ▇█▇██' — fits CODE_WIDTH with up to ~20 samples."""
     if g.mem_used_mib is None:
         mem = "mem ?"
     else:
-        mem = format_gb(g.mem_used_mib).removesuffix(" GB")
-        mem += f"/{format_gb(g.mem_total_mib)}" if g.mem_total_mib else " GB"
+        mem = hz.gib(g.mem_used_mib, g.mem_total_mib) if g.mem_total_mib else hz.gib(g.mem_used_mib)
     spark = "".join("?" if u is None else _SPARK[min(7, int(u * 8 / 100.01))] for u in g.utils)
     row = f"{g.index:>2} {g.cls:<11} {mem:<10}"
     return row + " " + spark[: max(0, CODE_WIDTH - len(row) - 1)]

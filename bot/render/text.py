@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from bot.core import humanize as hz
 from bot.core.gpus import format_indices
 from bot.core.redact import redact_lines, redact_secrets
 from bot.core.verdict import Level, Verdict
@@ -61,9 +62,7 @@ def gpus(v: Verdict) -> str:
 def _mem(used: float | None, total: float | None) -> str:
     if used is None:
         return "mem ?"
-    gb = used / 1024
-    text = f"{gb:.0f} GB" if gb >= 10 else f"{gb:.1f} GB"
-    return f"{text}/{total / 1024:.0f} GB" if total else text
+    return hz.gib(used, total) if total else hz.gib(used)
 
 
 def tail(v: Verdict, n: int = 20) -> str:
