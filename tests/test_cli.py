@@ -104,12 +104,13 @@ def test_tail_collapses_bars_and_redacts(tmp_path):
     assert lines[1:] == ["HF_TOKEN=hf_[redacted]", "Loading weights: 100%|####| 2/2 [00:02<00:00]", "step=1 loss=2.0 tok/s=100"]
 
 
-def test_runs_lists_every_run(config):
+def test_runs_lists_every_run_worst_first_then_by_name(config):
     out = runbot("--config", str(config), "runs")
     assert out.returncode == 0
     rows = out.stdout.splitlines()
-    assert [r.split()[0] for r in rows] == ["dflash-oom", "dflash-ok", "eagle"]
-    assert "finished — last step 60" in rows[1]
+    # crashed and no log are both crit: by name; the finished run (ok) comes last, whatever the file's order
+    assert [r.split()[:2] for r in rows] == [["dflash-oom", "crit"], ["eagle", "crit"], ["dflash-ok", "ok"]]
+    assert "finished — last step 60" in rows[2]
 
 
 def test_check_config_says_what_it_found(config):

@@ -268,6 +268,16 @@ def test_runs_message_puts_the_worst_first():
     assert rs.runs_message([])["text"] == "no runs configured"
 
 
+def test_runs_message_and_runbot_runs_share_one_order():
+    from bot.render import text as render_text
+
+    ok, bad = verdict_of("step=5 loss=1\n"), unreachable(RUN, "cannot reach pve1", "unreachable")
+    rows = [("llama", ok), ("eagle", bad), ("alpaca", ok), ("dflash", bad)]
+    slack_order = [line.split(":")[0] for line in rs.runs_message(rows)["text"].splitlines()]
+    text_order = [line.split()[0] for line in render_text.runs(rows).splitlines()]
+    assert slack_order == text_order == ["dflash", "eagle", "alpaca", "llama"]
+
+
 def test_many_runs_fit():
     v = verdict_of("step=5 loss=1\n")
     msg = rs.runs_message([(f"run-{i:03d}", replace(v, headline="x" * 300)) for i in range(300)])

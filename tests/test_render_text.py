@@ -6,6 +6,7 @@ import pytest
 
 from bot.render import text as render_text
 from bot.core.diagnose import diagnose
+from bot.core.verdict import Level, Phase, Verdict
 from config.registry import Run
 from tests.builders import KEY_BODY, KEY_LOGS, evidence
 
@@ -29,3 +30,17 @@ def test_the_tail_keeps_ordinary_lines_and_redacts_tokens():
 def test_a_short_tail_that_starts_inside_a_key_block_prints_none_of_it(n):
     out = render_text.tail(diagnose(evidence("\n".join(KEY_LOGS["cut off"]) + "\n"), RUN), n)
     assert not any(line[:8] in out or line[-8:] in out for line in KEY_BODY), out
+
+
+def test_runs_are_listed_worst_first_then_by_name_with_levels_in_one_casing():
+    def v(level):
+        return Verdict(run="x", phase=Phase.TRAINING, level=level, headline=f"{level.name} line")
+
+    out = render_text.runs([("zeta", v(Level.OK)), ("Beta", v(Level.CRIT)), ("alpha", v(Level.CRIT)),
+                            ("gamma", v(Level.WARN)), ("delta", v(Level.NOTE))])
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["alpha", "crit"], ["Beta", "crit"], ["gamma", "warn"], ["delta", "note"], ["zeta", "ok"]]
+
+
+def test_a_level_has_one_spelling():
+    assert [lvl.word for lvl in Level] == ["ok", "note", "warn", "crit"]

@@ -19,9 +19,20 @@ class Level(enum.IntEnum):
     WARN = 2  # degraded: a thread died, a GPU role idle, loss NaN
     CRIT = 3  # silent, crashed, stopped, unreachable, no log
 
+    @property
+    def word(self) -> str:
+        """"ok", "note", "warn", "crit": a level's one spelling wherever it is written out."""
+        return self.name.lower()
+
 
 def worst(levels: Iterable[Level]) -> Level:
     return max(levels, default=Level.OK)
+
+
+def worst_first(rows: Iterable[tuple[str, Verdict]]) -> list[tuple[str, Verdict]]:
+    """(run name, verdict) pairs in the one order every list of runs uses: the worst level first
+    (a notification then names it), then by name, so that a list reads the same each time."""
+    return sorted(rows, key=lambda row: (-row[1].level, row[0].casefold(), row[0]))
 
 
 class Phase(str, enum.Enum):

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 
 from bot.core import humanize as hz
 from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
-from bot.core.verdict import TAIL_DEFAULT, Level, Verdict
+from bot.core.verdict import TAIL_DEFAULT, Level, Verdict, worst_first
 from bot.render.facts import rows as fact_rows
 from bot.render.times import clock, slack_time
 
@@ -317,7 +317,7 @@ def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None)
 
 def runs_message(rows: Iterable[tuple[str, Verdict]]) -> Message:
     """Every run with its one-line verdict, the worst first (so a notification names it)."""
-    rows = sorted(rows, key=lambda r: -r[1].level)  # stable: config order within a level
+    rows = worst_first(rows)
     if not rows:
         return _message(["no runs configured"], [section("no runs configured (see config/runs.example.toml)")])
     lines = [f"{LEVEL_EMOJI[v.level]} *{safe(name)}* {cut(safe(' '.join(v.headline.split())), 200)}" for name, v in rows]

@@ -7,11 +7,9 @@ from typing import Iterable
 from bot.core import humanize as hz
 from bot.core.gpus import format_indices
 from bot.core.redact import redact_lines, redact_secrets
-from bot.core.verdict import Level, Verdict
+from bot.core.verdict import Verdict, worst_first
 from bot.render.times import clock
 from bot.render.facts import rows as fact_rows
-
-LEVEL_WORD = {Level.OK: "ok", Level.NOTE: "note", Level.WARN: "WARN", Level.CRIT: "CRIT"}
 
 
 def _safe(text: str) -> str:
@@ -78,9 +76,9 @@ def tail(v: Verdict, n: int = 20) -> str:
 
 
 def runs(rows: Iterable[tuple[str, Verdict]]) -> str:
-    """One line per run: name, level, verdict."""
-    rows = list(rows)
+    """One line per run, the worst first: name, level, verdict."""
+    rows = worst_first(rows)
     if not rows:
         return "no runs configured"
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {LEVEL_WORD[v.level]:<4}  {_safe(v.headline)}" for name, v in rows)
+    return "\n".join(f"{name:<{width}}  {v.level.word:<4}  {_safe(v.headline)}" for name, v in rows)
