@@ -184,7 +184,7 @@ def load_registry(path: str | os.PathLike[str], env_state_db: str | None = None)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(path, "", "file not found (copy config/runs.example.toml)") from None
+        raise ConfigError(path, "", f"file not found (`runbot init {path}` writes a commented example there)") from None
     except UnicodeDecodeError:
         raise ConfigError(path, "", "not UTF-8 text") from None
     except OSError as exc:

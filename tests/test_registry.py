@@ -241,7 +241,7 @@ def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "runs.toml"
     with pytest.raises(ConfigError) as caught:
         load_registry(path)
-    assert str(caught.value) == f"{path}: file not found (copy config/runs.example.toml)"
+    assert str(caught.value) == f"{path}: file not found (`runbot init {path}` writes a commented example there)"
 
 
 def test_unreadable_files(tmp_path: Path) -> None:

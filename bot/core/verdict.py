@@ -56,6 +56,13 @@ class Phase(str, enum.Enum):
 # Tail lengths users may ask for (CLI `tail -n`, Slack `/run tail RUN N`); a verdict keeps TAIL_MAX lines.
 TAIL_DEFAULT, TAIL_MAX = 20, 200
 
+
+def tail_lines(typed: str) -> int:
+    """A tail length as a user typed it ("50"), checked the one way the CLI and Slack share; ValueError says why not."""
+    if not (typed.isascii() and typed.isdigit() and len(typed) <= 4 and 1 <= int(typed) <= TAIL_MAX):
+        raise ValueError(f"N is a number of lines from 1 to {TAIL_MAX}, not {typed[:20]!r}")
+    return int(typed)
+
 # Phases that may be silent for `loading_grace` rather than `silence_after`.
 GRACE_PHASES = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.COMPILING, Phase.SAVING,
                           Phase.EVALUATING, Phase.BUSY})

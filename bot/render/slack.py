@@ -319,7 +319,7 @@ def runs_message(rows: Iterable[tuple[str, Verdict]]) -> Message:
     """Every run with its one-line verdict, the worst first (so a notification names it)."""
     rows = worst_first(rows)
     if not rows:
-        return _message(["no runs configured"], [section("no runs configured (see config/runs.example.toml)")])
+        return _message(["no runs configured"], [section("no runs configured (`runbot init` writes a commented example configuration)")])
     lines = [f"{LEVEL_EMOJI[v.level]} *{safe(name)}* {cut(safe(' '.join(v.headline.split())), 200)}" for name, v in rows]
     blocks, chunk = [], []
     for line in lines:
