@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import platform
 import sys
@@ -28,6 +29,8 @@ from config.registry import ConfigError, Registry, Run, UnknownRun, format_durat
 from config.settings import Settings, config_path, load_settings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
+
+log = logging.getLogger("runbot.cli")
 
 # What each exit status means, said in every --help that can end with it.
 _PROBED = ("0  the run was probed and diagnosed, whatever the verdict",
@@ -193,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command != "serve":  # serve writes JSON lines, at info unless told otherwise
+        _log_to_stderr(settings.log_level(logging.WARNING, verbose=args.verbose))
+        log.debug("read %s: %d runs, %d hosts", registry.path, len(registry.runs), len(registry.hosts))
     try:
         return _dispatch(args, registry, settings)
     except UnknownRun as exc:
@@ -201,6 +207,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+class _PlainLog(logging.Formatter):
+    """"runbot: debug: runbot.ssh: …": a log record for a person at a terminal, its level in the JSON log's casing."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"runbot: {record.levelname.lower()}: {record.name}: {record.getMessage()}"
+        return f"{text}\n{self.formatException(record.exc_info)}" if record.exc_info else text
+
+
+def _log_to_stderr(level: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_PlainLog())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
 
 
 def _tail_count(args: argparse.Namespace) -> int:
@@ -250,7 +272,7 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     if args.command == "serve":
         from bot.service.serve import serve  # noqa: PLC0415 - Slack libraries only for the bot
 
-        return serve(registry, settings)
+        return serve(registry, settings, log_level=settings.log_level(logging.INFO, verbose=args.verbose))
     if args.command == "runs":
         rows = asyncio.run(_check_all(registry, args.save_probe, settings.runbot_state_db))
         print(render_text.runs(rows))
@@ -289,8 +311,10 @@ async def _check(registry: Registry, runs: list[Run], save: Path | None, state_d
     async def one(run: Run) -> tuple[str, Verdict]:
         async with gate:
             recent = memory.recent(run.name) if memory is not None else ()
+            started = time.monotonic()
             verdict = await check(run, targets.runner_for(run), timeout=registry.bot.probe_timeout, save_probe=save,
                                   history=recent)
+            log.debug("probed %s (%s) in %.2f s: %s", run.name, run.where, time.monotonic() - started, verdict.phase.value)
         if memory is not None:
             memory.record(run.name, verdict)
         return run.name, verdict

@@ -308,3 +308,17 @@ def test_the_example_init_writes_ships_with_the_package():
 
     assert example.text() == (REPO / "config" / "runs.example.toml").read_text()
     assert '"*.toml"' in (REPO / "pyproject.toml").read_text()  # package-data: pip installs it
+
+
+@pytest.mark.parametrize("how", [("-v",), ("--verbose",), ()])
+def test_verbose_and_runbot_log_level_say_what_runbot_does(config, how):
+    env = {} if how else {"RUNBOT_LOG_LEVEL": "debug"}
+    out = runbot("status", "dflash-ok", *how, "--config", str(config), env=env)
+    assert out.returncode == 0, out.stderr
+    assert "runbot: debug: runbot.cli: probed dflash-ok (local · " in out.stderr
+
+
+def test_quiet_by_default_and_a_bad_log_level_exits_2(config):
+    assert runbot("--config", str(config), "status", "dflash-ok").stderr == ""
+    out = runbot("--config", str(config), "status", "dflash-ok", env={"RUNBOT_LOG_LEVEL": "loud"})
+    assert out.returncode == 2 and out.stderr.startswith("runbot: environment: RUNBOT_LOG_LEVEL: ")

@@ -168,6 +168,32 @@ def test_serve_without_a_signing_secret_says_so(tmp_path, slack):
     assert "SLACK_SIGNING_SECRET" in err and "Socket Mode" in err
 
 
+def test_serve_with_the_bot_token_as_app_token_refuses_before_asking_slack(tmp_path, slack):
+    setup_run(tmp_path)
+    proc = start_serve(tmp_path, serve_env(tmp_path, slack, free_port(), SLACK_APP_TOKEN=BOT_TOKEN))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "SLACK_APP_TOKEN: is the bot token" in err and BOT_TOKEN not in err
+    assert not slack.calls  # refused locally: no auth.test, no apps.connections.open
+
+
+def test_serve_logs_at_runbot_log_level(tmp_path, slack):
+    setup_run(tmp_path)
+    port = free_port()
+    proc = start_serve(tmp_path, serve_env(tmp_path, slack, port, RUNBOT_LOG_LEVEL="warning"))
+    try:
+        deadline = time.monotonic() + 20
+        while not healthy(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert healthy(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    events = [json.loads(line).get("event") for line in err.splitlines() if line.startswith("{")]
+    assert "ready" not in events and "stopped" not in events  # info records, below the level asked for
+
+
 def test_serve_on_a_busy_port_says_so(tmp_path, slack):
     setup_run(tmp_path)
     with socket.socket() as taken:

@@ -22,7 +22,7 @@ from bot.service.app import Services, build_app, make_services
 from bot.service.slack_requests import MAX_BODY, body_fault, timestamp_fault
 from bot.service.state_file import StateFile, StateFileError
 from config.registry import ConfigError, Registry
-from config.settings import Settings
+from config.settings import Settings, check_tokens
 
 log = logging.getLogger("runbot.serve")
 
@@ -39,9 +39,9 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 STARTUP_HOOKS: list[Any] = [watchdog]
 
 
-def serve(registry: Registry, settings: Settings) -> int:
+def serve(registry: Registry, settings: Settings, *, log_level: int = logging.INFO) -> int:
     """Run the bot until SIGTERM or SIGINT; the exit status for `runbot serve`."""
-    setup_logging()
+    setup_logging(log_level)
     try:
         return asyncio.run(serve_async(registry, settings))
     except ConfigError as exc:
@@ -61,6 +61,7 @@ async def serve_async(
     host: str = "0.0.0.0",
 ) -> int:
     """Serve until `stop` is set (SIGTERM and SIGINT set it)."""
+    check_tokens(settings)  # before any connection: a swapped token is a sentence, not a reconnect loop
     services = make_services(registry, settings, local_env=local_env)
     app = build_app(registry, settings, services)
     try:  # before Slack: a state file that cannot be used is a configuration problem, said in one line
