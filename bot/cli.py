@@ -25,7 +25,8 @@ from bot.service.state_file import StateFile, StateFileError
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
 from config.example import text as example_config
-from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
+from config.registry import (ConfigError, Registry, Run, UnknownRun, config_warnings, faults_of, format_duration,
+                             load_registry)
 from config.settings import Settings, config_path, load_settings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
@@ -191,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args, registry)
         registry = load_registry(path, env_state_db=settings.runbot_state_db)
     except ConfigError as exc:
-        print(f"runbot: {exc}", file=sys.stderr)
+        print(_faults_text(exc, numbered=args.command == "check-config"), file=sys.stderr)
         return EXIT_USAGE
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
@@ -268,6 +269,8 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
             raise UsageError(f"--save-probe {args.save_probe}: {exc.strerror or exc}") from None
     if args.command == "check-config":
         print(_describe_config(registry))
+        for warning in config_warnings(registry):
+            print(f"runbot: warning: {registry.path}: {warning}", file=sys.stderr)
         return EXIT_OK
     if args.command == "serve":
         from bot.service.serve import serve  # noqa: PLC0415 - Slack libraries only for the bot
@@ -407,8 +410,22 @@ def _preview(verdict: Verdict, run: Run, view: str) -> str:
     return f"{json.dumps(message, indent=2, ensure_ascii=False)}\n\n{render_slack.builder_url(message)}"
 
 
+def _faults_text(exc: ConfigError, *, numbered: bool) -> str:
+    """One fault as one line; several (or any, for check-config) as a numbered list, each with file, key and fault."""
+    faults = faults_of(exc)
+    if len(faults) == 1 and not numbered:
+        return f"runbot: {faults[0]}"
+    head = f"runbot: {exc.source}: {len(faults)} fault{'s' if len(faults) > 1 else ''}"
+    return "\n".join([head, *(f"  {n}. {fault}" for n, fault in enumerate(faults, 1))])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _describe_config(registry: Registry) -> str:
-    lines = [f"{registry.path}: OK — {len(registry.runs)} run(s), {len(registry.hosts)} host(s)"]
+    said = "OK" if registry.runs else "valid, but nothing to watch"  # the warning on stderr says what to add
+    lines = [f"{registry.path}: {said} — {_count(len(registry.runs), 'run')}, {_count(len(registry.hosts), 'host')}"]
     for host in registry.hosts.values():
         lines.append(f"  host {host.name}: {host.user}@{host.address}:{host.port}" + (f" via {host.jump}" if host.jump else ""))
     for run in registry.runs.values():

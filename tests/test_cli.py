@@ -119,7 +119,31 @@ def test_runs_lists_every_run_worst_first_then_by_name(config):
 def test_check_config_says_what_it_found(config):
     out = runbot("--config", str(config), "check-config")
     assert out.returncode == 0
-    assert "OK — 3 run(s), 0 host(s)" in out.stdout
+    assert "OK — 3 runs, 0 hosts" in out.stdout
+    assert "warning: " in out.stderr and "no alert channel for dflash-oom, dflash-ok, eagle" in out.stderr
+
+
+def test_check_config_numbers_every_fault_with_file_and_key(tmp_path):
+    bad = tmp_path / "runs.toml"
+    bad.write_text('[hosts.pve1]\naddress = "10.0.0.1"\nport = 99999\n'
+                   '[runs.a]\nhost = "pve1"\nlog = "rel.log"\n[runs.b]\nhost = "local"\nlog = "/b.log"\nbogus = 1\n')
+    out = runbot("--config", str(bad), "check-config")
+    assert out.returncode == 2
+    lines = out.stderr.splitlines()
+    assert lines[0] == f"runbot: {bad}: 3 faults"
+    assert [line.split(": ")[1] for line in lines[1:]] == ["hosts.pve1.port", "runs.a.log", "runs.b.bogus"]
+    assert all(line.startswith(f"  {n}. {bad}: ") for n, line in enumerate(lines[1:], 1))
+    status = runbot("--config", str(bad), "status", "b")  # any command refuses the file the same way
+    assert status.returncode == 2 and status.stderr == out.stderr
+
+
+def test_check_config_warns_on_a_file_with_no_runs(tmp_path):
+    empty = tmp_path / "runs.toml"
+    empty.write_text("[bot]\ncheck_every = \"60s\"\n")
+    out = runbot("--config", str(empty), "check-config")
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[0] == f"{empty}: valid, but nothing to watch — 0 runs, 0 hosts"
+    assert f"runbot: warning: {empty}: no runs configured" in out.stderr and "runbot init" in out.stderr
 
 
 @pytest.mark.slow
