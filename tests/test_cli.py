@@ -346,3 +346,10 @@ def test_quiet_by_default_and_a_bad_log_level_exits_2(config):
     assert runbot("--config", str(config), "status", "dflash-ok").stderr == ""
     out = runbot("--config", str(config), "status", "dflash-ok", env={"RUNBOT_LOG_LEVEL": "loud"})
     assert out.returncode == 2 and out.stderr.startswith("runbot: environment: RUNBOT_LOG_LEVEL: ")
+
+
+def test_tail_of_a_missing_log_says_it_does_not_exist(config):
+    out = runbot("--config", str(config), "tail", "eagle")
+    assert out.returncode == 0
+    head, note = out.stdout.splitlines()
+    assert head.startswith("log not found: ") and note == "  (the log does not exist)"

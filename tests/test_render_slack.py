@@ -305,3 +305,17 @@ def test_builder_url_round_trips_the_blocks():
 def test_render_slack_is_pure():
     source = Path(rs.__file__).read_text()
     assert "slack_sdk" not in source and "slack_bolt" not in source and "import asyncio" not in source
+
+
+def test_a_tail_says_whether_its_log_is_missing_unreadable_or_empty():
+    from bot.core.verdict import Concern, Worry
+
+    missing = Verdict(run="r", phase=Phase.NO_LOG, level=Level.CRIT, headline="log not found: /x.log",
+                      concerns=(Concern(Worry.NO_LOG),))
+    unreadable = replace(missing, headline="cannot read the log: permission denied", concerns=(Concern(Worry.UNREADABLE),))
+    empty = Verdict(run="r", phase=Phase.STARTING, level=Level.NOTE, headline="no output yet (importing?)")
+    from bot.render import text as render_text
+
+    for v, note in ((missing, "(the log does not exist)"), (unreadable, "(the log cannot be read)"), (empty, "(the log is empty)")):
+        assert note in rs.tail_message(v, 20)["text"].splitlines()
+        assert render_text.tail(v, 20).splitlines()[1] == f"  {note}"

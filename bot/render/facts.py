@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bot.core import humanize as hz
 from bot.core.stages import words
-from bot.core.verdict import Finding, Phase, Verdict
+from bot.core.verdict import Concern, Finding, Phase, Verdict, Worry
 
 
 @dataclass(frozen=True)
@@ -90,3 +90,15 @@ def _gpu_rows(v: Verdict) -> list[Row]:
     out += [Row("GPUs", f) for f in gpu.findings if not ("idle with" in f and "memory held" in summary)]
     out += [Row("GPUs", f.detail) for f in v.findings if f.what is Finding.STUCK_COLLECTIVE]
     return out
+
+
+def tail_note(v: Verdict, shown: int) -> str | None:
+    """What a tail says in place of lines it does not have (None when it has some, or the run was not
+    reached and its headline says why): a log that does not exist is not an empty one."""
+    if not v.reached or shown:
+        return None
+    if Concern(Worry.NO_LOG) in v.concerns:
+        return "the log does not exist"
+    if Concern(Worry.UNREADABLE) in v.concerns:
+        return "the log cannot be read"
+    return "the log is empty"

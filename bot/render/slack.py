@@ -12,6 +12,7 @@ from bot.core import humanize as hz
 from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
 from bot.core.verdict import TAIL_DEFAULT, Level, Verdict, worst_first
 from bot.render.facts import rows as fact_rows
+from bot.render.facts import tail_note
 from bot.render.times import clock, slack_time
 
 LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
@@ -298,12 +299,10 @@ def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None)
     text = [verdict_line(v)]
     # Redact all the verdict keeps, then take n: the BEGIN line of a key may lie above the n.
     lines = _cleaned(v.tail)[-n:] if n > 0 and v.reached else []
-    if not v.reached:
-        pass  # the verdict says why there is no log
-    elif not lines:
-        blocks.append(section("_(the log is empty)_"))
-        text.append("(the log is empty)")
-    else:
+    if (note := tail_note(v, len(lines))) is not None:
+        blocks.append(section(f"_({note})_"))
+        text.append(f"({note})")
+    elif lines:
         budget = MAX_TOTAL - sum(map(block_chars, blocks)) - 600  # room for the note, context, buttons
         code, dropped = code_sections(_code_lines(lines), budget)
         if dropped:

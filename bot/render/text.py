@@ -10,6 +10,7 @@ from bot.core.redact import redact_lines, redact_secrets
 from bot.core.verdict import Verdict, worst_first
 from bot.render.times import clock
 from bot.render.facts import rows as fact_rows
+from bot.render.facts import tail_note
 
 
 def _safe(text: str) -> str:
@@ -65,13 +66,11 @@ def _mem(used: float | None, total: float | None) -> str:
 
 def tail(v: Verdict, n: int = 20) -> str:
     """The verdict line, then the last n log lines (bars collapsed, colours stripped, secrets redacted)."""
-    if not v.reached:
-        return _safe(v.headline)
     # All the verdict keeps, redacted as one text, then the last n: a private key spans lines,
     # and its BEGIN line may lie above the n.
-    body = redact_lines(v.tail)[-n:] if n > 0 else ()
-    if not body:
-        return f"{_safe(v.headline)}\n  (the log is empty)"
+    body = redact_lines(v.tail)[-n:] if n > 0 and v.reached else []
+    if (note := tail_note(v, len(body))) is not None:
+        return f"{_safe(v.headline)}\n  ({note})"
     return "\n".join([_safe(v.headline), *body])
 
 
