@@ -92,11 +92,13 @@ def test_the_answer_reads_newest_first_for_a_phone():
     [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
     assert [(e["action_id"], e["value"]) for e in actions["elements"]] == [
         (ACTION_PLOT, "dflash loss 43200"), (ACTION_PLOT, "dflash rate 43200"), (ACTION_PLOT, "dflash gpus 43200")]
+    assert message["blocks"][0]["text"]["text"] == ":scroll: *dflash*: training since 2 h 57 min ago · 2 incidents in 12 h"
 
 
 def test_nothing_remembered_says_so_in_one_line():
     message = history_message("dflash", [], [], NOW, 24 * H)
-    assert message["text"].startswith(":scroll: *dflash* · last 1 d: nothing remembered yet") and len(message["blocks"]) == 1
+    assert message["text"].startswith("dflash: nothing remembered of the last 1 d yet") and len(message["blocks"]) == 1
+    assert message["blocks"][0]["text"]["text"].startswith(":scroll: *dflash*: nothing remembered")
 
 
 # -- through the app ----------------------------------------------------------------------------

@@ -35,3 +35,23 @@ def test_no_size_is_labelled_in_decimal_units():
     """Both formatters divide by 1024: a "GB" or "KB" label would claim powers of 1000."""
     for n in (10**3, 10**6, 10**9, 10**12, 2**20, 2**30):
         assert hz.size(n).split()[-1] in ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+@pytest.mark.parametrize("cmdline, short", [
+    ("/usr/bin/python3 -u /home/me/proj/job.py --config /home/me/proj/run.yaml", "job.py --config run.yaml"),
+    ("python -X dev -W ignore train.py --lr 3e-4", "train.py --lr 3e-4"),
+    ("env CUDA_VISIBLE_DEVICES=0,1 /opt/conda/bin/python3.11 train.py", "train.py"),
+    ("/opt/conda/bin/python -m torch.distributed.run --nproc 8 /w/train.py", "python -m torch.distributed.run --nproc 8 train.py"),
+    ("/usr/local/bin/torchrun --nproc_per_node 8 train.py --out=/ckpt/run7/", "torchrun --nproc_per_node 8 train.py --out=run7"),
+    ("bash -c LOG=/tmp/a.log exec sleep", "bash -c LOG=a.log exec sleep"),  # a shell is the program, not an interpreter to drop
+    ("/usr/bin/python3", "python3"),
+    ("python3 -u", "python3 -u"),
+    ("python fetch.py http://example.com/a/b", "fetch.py http://example.com/a/b"),
+])
+def test_a_command_line_is_its_script_and_arguments_shortened(cmdline, short):
+    assert hz.command(cmdline) == short
+
+
+def test_a_long_command_line_is_cut_at_a_word():
+    out = hz.command("python train.py " + " ".join(f"--flag{i} {i}" for i in range(30)), 40)
+    assert len(out) <= 40 and out.endswith("…") and out.startswith("train.py --flag0 0")

@@ -131,6 +131,18 @@ class Finding(str, enum.Enum):
     LOSS_SPIKE = "loss_spike"
 
 
+class Said(str, enum.Enum):
+    """A fact a headline already states, so the rows under it leave it out: each fact once on a phone."""
+
+    PROGRESS = "progress"  # the step, its rate and loss
+    COUNTER = "counter"  # only where the loop got to ("at step 1200", "last epoch 3")
+    LOSS = "loss"
+    ETA = "eta"
+    GPUS = "gpus"  # the GPUs' one-line summary
+    CRASH = "crash"  # what failed (the error row still shows when its longer form says more)
+    THREAD_CRASH = "thread_crash"
+
+
 @dataclass(frozen=True)
 class Found:
     """A finding and what it is about."""
@@ -182,6 +194,7 @@ class Verdict:
     tail: tuple[str, ...] = ()  # last lines of the log, bars collapsed, cleaned (not yet redacted)
     concerns: tuple[Concern, ...] = ()  # reasons for alerts, most important first
     problems: tuple[str, ...] = ()  # probe parts that failed
+    said: frozenset[Said | Finding] = frozenset()  # what the headline states (findings it names included)
     observed_at: float | None = None  # remote clock of the probe
     failure_kind: str | None = None  # set when the target could not be reached
 
