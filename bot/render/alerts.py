@@ -20,6 +20,7 @@ from bot.render.slack import (
     verdict_blocks,
 )
 from bot.core.history import Tally
+from bot.core.outages import is_host_key
 from bot.core.verdict import Concern, Phase, Verdict, Worry
 
 MUTE_FOR_S = 3600.0  # the alert's Mute button
@@ -113,7 +114,8 @@ def parent(run: str, state: RunState, verdict: Verdict | None, now: float, tz: t
         notes.append(muted)
     if notes:
         blocks.append(context(" · ".join(notes)))
-    if state.status is not Status.FINISHED:
+    if state.status is not Status.FINISHED and not is_host_key(run):
+        # A host's incident has no run to refresh, tail or mute: its buttons would answer "no longer configured".
         blocks.append(buttons(run, extra=(("Mute 1h", ACTION_MUTE),)))
     return fit({"text": lead(run, words) + (f"\n{muted}" if muted else ""), "blocks": blocks})
 

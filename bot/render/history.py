@@ -13,6 +13,9 @@ from bot.render.slack import Message, _button, lead, safe, section
 from bot.render.times import slack_time
 
 ACTION_PLOT = "runbot.plot"  # the chart buttons: value "RUN METRIC WINDOW_S"
+# Slack refuses a block whose buttons share an action_id (invalid_blocks): one per metric, all answered alike.
+CHART_METRICS = ("loss", "rate", "gpus")
+CHART_ACTIONS = tuple(f"{ACTION_PLOT}.{metric}" for metric in CHART_METRICS)
 MAX_INCIDENTS = 6
 
 
@@ -64,6 +67,6 @@ def history_message(run: str, spans: Sequence[Span], incidents: Sequence[Inciden
         blocks.append(section("*incidents*\n" + "\n".join(_incident_line(i, now, tz) for i in told)))
     window_s = int(window)
     blocks.append({"type": "actions", "elements": [
-        _button(f"Chart {metric}", ACTION_PLOT, f"{run} {metric} {window_s}") for metric in ("loss", "rate", "gpus")]})
+        _button(f"Chart {metric}", action, f"{run} {metric} {window_s}") for metric, action in zip(CHART_METRICS, CHART_ACTIONS)]})
     text = lead(run, gist)
     return {"text": text, "blocks": blocks}

@@ -95,6 +95,8 @@ def header(text: str) -> dict:
 
 
 def _cols(ch: str) -> int:
+    if unicodedata.category(ch) in ("Cf", "Mn"):  # zero-width: the joiners safe() adds, combining marks
+        return 0
     return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
 
 
