@@ -21,6 +21,7 @@ from bot.probe import replay
 from bot.probe.checkup import RUNS_AT_ONCE, check
 from bot.probe.targets import Targets
 from bot.service.history import History
+from bot.service.logs import PlainLines, to_stderr
 from bot.service.state_file import StateFile, StateFileError
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
@@ -198,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.command != "serve":  # serve writes JSON lines, at info unless told otherwise
-        _log_to_stderr(settings.log_level(logging.WARNING, verbose=args.verbose))
+        to_stderr(settings.log_level(logging.WARNING, verbose=args.verbose), PlainLines())
         log.debug("read %s: %d runs, %d hosts", registry.path, len(registry.runs), len(registry.hosts))
     try:
         return _dispatch(args, registry, settings)
@@ -208,22 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-class _PlainLog(logging.Formatter):
-    """"runbot: debug: runbot.ssh: …": a log record for a person at a terminal, its level in the JSON log's casing."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = f"runbot: {record.levelname.lower()}: {record.name}: {record.getMessage()}"
-        return f"{text}\n{self.formatException(record.exc_info)}" if record.exc_info else text
-
-
-def _log_to_stderr(level: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_PlainLog())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 def _tail_count(args: argparse.Namespace) -> int:

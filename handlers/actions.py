@@ -21,9 +21,13 @@ from handlers.commands import (
 if TYPE_CHECKING:
     from bot.service.app import Services
 
+def _status(v, run):
+    return render_slack.status_message(v, run.name, run.where)
+
+
 VIEWS = {
-    ACTION_REFRESH: ("status", lambda v, run: render_slack.status_message(v, run.name, run.where)),
-    ACTION_STATUS: ("status", lambda v, run: render_slack.status_message(v, run.name, run.where)),
+    ACTION_REFRESH: ("status", _status),
+    ACTION_STATUS: ("status", _status),  # from /run runs: the same view, answered beside the list
     ACTION_TAIL: ("tail", lambda v, run: render_slack.tail_message(v, TAIL_DEFAULT, run.name)),
     ACTION_GPUS: ("gpus", lambda v, run: render_slack.gpus_message(v, run.name, run.where)),
 }

@@ -24,6 +24,7 @@ from bot.render import slack as rs
 from bot.service.app import LISTENERS
 from config.registry import Run
 from tests.builders import evidence, gpu_section
+from tests.test_render_slack import code_rows, width
 
 NOW = 1_800_000_000.0
 RUN = Run(name="dflash", host="local", container=None, log="/workspace/train.log", gpus=(("target", (0, 1)), ("drafter", (2,))))
@@ -257,26 +258,12 @@ def test_each_listed_run_up_to_the_limit_has_its_status_button():
 # -- a phone's width -------------------------------------------------------------------------------
 
 
-def code_rows(message: dict) -> list[str]:
-    rows = []
-    for block in message["blocks"]:
-        text = block.get("text", {}).get("text", "") if block["type"] == "section" else ""
-        if text.startswith("```"):
-            rows += text.removeprefix("```\n").removesuffix("\n```").split("\n")
-    return rows
-
-
-def columns(row: str) -> int:
-    unescaped = row.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").replace("\u200b", "")
-    return sum(rs._cols(c) for c in unescaped)
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c.builder in ("slack.gpus_message", "slack.tail_message")],
                          ids=[i for c, i in zip(CASES, IDS) if c.builder in ("slack.gpus_message", "slack.tail_message")])
 def test_code_rows_fit_a_phone_or_are_cut(case):
     rows = code_rows(case.message)
     widest = rs.CODE_WIDTH if case.builder == "slack.gpus_message" else rs.LINE_COLS
-    assert all(columns(r) <= widest for r in rows), max(rows, key=columns)
+    assert all(width(r) <= widest for r in rows), max(rows, key=width)
     if case.builder == "slack.tail_message" and case.what == "hostile":
         assert rows and all(r.endswith("…") for r in rows)  # a 470-column line is cut, not wrapped into rows
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import signal
 import sys
@@ -19,6 +18,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot.service import watchdog
 from bot.service.app import Services, build_app, make_services
+from bot.service.logs import JsonLines, to_stderr
 from bot.service.slack_requests import MAX_BODY, body_fault, timestamp_fault
 from bot.service.state_file import StateFile, StateFileError
 from config.registry import ConfigError, Registry
@@ -212,24 +212,5 @@ async def _call(hook: Any, name: str, services: Services) -> None:
             await result
 
 
-class JsonLines(logging.Formatter):
-    """Every log record as one JSON line; a record's `runbot` dict supplies its fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
-        fields = getattr(record, "runbot", None)
-        if isinstance(fields, dict):
-            out.update(fields)
-        else:
-            out["msg"] = record.getMessage()
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
-
-
 def setup_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
+    to_stderr(level, JsonLines())
