@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
 import os
+import platform
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
+from bot import __version__
 from bot.render import chart as render_chart
 from bot.render import slack as render_slack
 from bot.render import text as render_text
@@ -19,47 +22,148 @@ from bot.probe import replay
 from bot.probe.scheduler import Scheduler
 from bot.probe.targets import Targets
 from bot.service.history import History
+from bot.service.logs import PlainLines, to_stderr
 from bot.service.state_file import StateFile, StateFileError
-from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
+from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
-from config.registry import ConfigError, Registry, Run, UnknownRun, format_duration, load_registry
+from config.example import text as example_config
+from config.registry import (ConfigError, Registry, Run, UnknownRun, config_warnings, faults_of, format_duration,
+                             load_registry)
 from config.settings import Settings, config_path, load_settings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
+
+log = logging.getLogger("runbot.cli")
+
+# What each exit status means, said in every --help that can end with it.
+_PROBED = ("0  the run was probed and diagnosed, whatever the verdict",
+           "2  bad arguments, a bad configuration or an unknown run (the message lists the known runs)",
+           "3  the run could not be reached (the first line says which host and why)")
+_LISTED = ("0  the configuration was read (each line says what its run's probe found)", "2  bad arguments or configuration")
+_ENVIRONMENT = """environment (or a .env file in the working directory):
+  RUNBOT_CONFIG     the runs file when --config is not given (else config/runs.toml)
+  RUNBOT_STATE_DB   the watchdog's state file; set, CLI probes add to each run's memory
+  RUNBOT_LOG_LEVEL  debug, info, warning or error (default: info for serve, warning otherwise)
+  SLACK_*, PORT     for `runbot serve` (see `runbot serve --help`)"""
+_SERVE = """Slack tokens and modes (environment, or a .env file in the working directory):
+  Socket Mode, when SLACK_APP_TOKEN is set: runbot connects out to Slack, so no
+  public URL is needed (the usual choice behind a cluster's firewall).
+    SLACK_BOT_TOKEN       xoxb-...  the Bot User OAuth Token (OAuth & Permissions)
+    SLACK_APP_TOKEN       xapp-...  an App-Level Token with connections:write
+  HTTP mode, when SLACK_APP_TOKEN is not set: runbot listens on PORT (default 3000)
+  for POST /slack/events (signed requests only) and GET /healthz.
+    SLACK_BOT_TOKEN       xoxb-...
+    SLACK_SIGNING_SECRET  Basic Information -> App Credentials
+  The tokens' shapes are checked before anything is sent, then Slack is asked once
+  whether they work. Setup: docs/slack.md."""
 
 
 class UsageError(Exception):
     """Bad arguments: exit 2 with the message."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="runbot", description="What are my training runs doing? One line each.")
-    p.add_argument("--config", metavar="PATH", help="runs file (default: $RUNBOT_CONFIG, else config/runs.toml)")
-    p.add_argument("--save-probe", metavar="DIR", type=Path,
+def _exits(*lines: str) -> str:
+    return "exit status:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _global_options() -> argparse.ArgumentParser:
+    """The global options, accepted before or after the subcommand (as git, kubectl and docker take theirs).
+
+    Their defaults are SUPPRESS in both places, so a value given on one side is not overwritten by the
+    other side's default; main() fills in what was given nowhere."""
+    parent = argparse.ArgumentParser(add_help=False)
+    g = parent.add_argument_group("global options (before or after the command)")
+    g.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                   help="runs file (default: $RUNBOT_CONFIG, else config/runs.toml)")
+    g.add_argument("--save-probe", metavar="DIR", type=Path, default=argparse.SUPPRESS,
                    help="keep each probe's raw output in DIR, for replays and bug reports (raw: NOT redacted)")
+    g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="log what runbot does to stderr, at debug level (RUNBOT_LOG_LEVEL sets a level too)")
+    return parent
+
+
+_GLOBAL_DEFAULTS = {"config": None, "save_probe": None, "verbose": False}
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _global_options()
+    p = argparse.ArgumentParser(
+        prog="runbot", description="What are my training runs doing? One line each.", parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"`runbot COMMAND --help` says what a command takes and how it exits.\n\n{_ENVIRONMENT}")
+    p.add_argument("--version", action="version", version=f"runbot {__version__} (Python {platform.python_version()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name, text in (("status", "the verdict and its evidence"), ("gpus", "per-GPU classification, by role")):
-        sub.add_parser(name, help=text).add_argument("run", help="run name or a unique prefix")
-    t = sub.add_parser("tail", help="the last lines of the log, cleaned")
-    t.add_argument("run", help="run name or a unique prefix")
-    t.add_argument("-n", type=int, default=TAIL_DEFAULT, help=f"lines (default {TAIL_DEFAULT}, at most {TAIL_MAX})")
-    sub.add_parser("runs", help="every run with its one-line verdict")
-    sub.add_parser("check-config", help="validate the configuration and say what it found")
-    sub.add_parser("serve", help="run the Slack bot and its watchdog")
-    pv = sub.add_parser("preview", help="a run's Slack answer as Block Kit JSON, with a Block Kit Builder link")
-    pv.add_argument("run", help="run name or a unique prefix")
+
+    def command(name: str, summary: str, description: str, *exits: str, epilog: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=description, parents=[common],
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="\n\n".join(e for e in (_exits(*exits) if exits else "", epilog) if e))
+
+    def run_arg(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run", metavar="RUN", help="a run's name, or any unique prefix of it (case-insensitive)")
+
+    run_arg(command("status", "the verdict and its evidence",
+                    "Probe one run and say what it is doing: the verdict on the first line (what a\n"
+                    "notification would show), then its evidence: progress, the writing process, the\n"
+                    "log's last write, the GPUs.", *_PROBED))
+    run_arg(command("gpus", "per-GPU classification, by role",
+                    "Probe one run and classify each GPU over several nvidia-smi samples (busy,\n"
+                    "oscillating, low, idle, memory held), grouped by the run's GPU roles.", *_PROBED))
+    t = command("tail", "the last lines of the log, cleaned",
+                "The run's verdict, then the last N lines of its log: progress bars collapsed to\n"
+                "their last frame, colours stripped, secrets redacted. `tail RUN 50` and\n"
+                "`tail RUN -n 50` are the same (as /run tail RUN 50 in Slack).", *_PROBED)
+    run_arg(t)
+    t.add_argument("lines", nargs="?", metavar="N", help=f"lines (default {TAIL_DEFAULT}, at most {TAIL_MAX})")
+    t.add_argument("-n", "--lines", dest="n", metavar="N", help="the same, as an option")
+    command("runs", "every run with its one-line verdict",
+            "Probe every configured run in parallel and print one line each: name, level\n"
+            "(crit, warn, note, ok) and verdict, the worst first, then by name.", *_LISTED)
+    command("check-config", "validate the configuration and say what it found",
+            "Read the runs file and check every key. Faults are all listed at once, numbered,\n"
+            "each with its file, key and fault; a file with no runs is valid but warned about.\n"
+            "Nothing is probed.",
+            "0  the file is valid (warnings, if any, on stderr)", "2  the file has faults (each one listed)")
+    i = command("init", "write a commented starter configuration",
+                "Write runbot's commented example configuration (every key, a run over SSH in a\n"
+                "Proxmox container and a run on this machine) where you ask, to edit from there.\n"
+                "PATH defaults to the file the other commands read: --config, else $RUNBOT_CONFIG,\n"
+                "else config/runs.toml; a folder gets a runs.toml inside it.",
+                "0  written", "2  the file exists (use --force) or cannot be written")
+    i.add_argument("path", nargs="?", metavar="PATH", help="where to write it; - prints it instead")
+    i.add_argument("--force", action="store_true", help="replace a file that is already there")
+    command("serve", "run the Slack bot and its watchdog",
+            "Answer /run in Slack and run the watchdog, which probes every run each\n"
+            "check_every and posts alerts, until SIGTERM or SIGINT. Logs are JSON lines on stderr.",
+            "0  stopped by SIGTERM or SIGINT, after the answers in flight went out",
+            "1  Slack refused a token, or the port is in use",
+            "2  a bad configuration, environment or state file", epilog=_SERVE)
+    pv = command("preview", "a run's Slack answer as Block Kit JSON, with a Block Kit Builder link",
+                 "Probe one run and print the Block Kit message /run would post, and a link that\n"
+                 "opens it in Slack's Block Kit Builder. No token needed.", *_PROBED)
+    run_arg(pv)
     pv.add_argument("--view", choices=("status", "gpus", "tail"), default="status", help="which answer (default status)")
-    r = sub.add_parser("replay", help="re-diagnose probes saved with --save-probe (no probe runs)")
+    r = command("replay", "re-diagnose probes saved with --save-probe (no probe runs)",
+                "Diagnose saved probes again, oldest first, each with the one before: what this\n"
+                "runbot says of what a probe saw then. Runs not in the config replay with\n"
+                "runbot's defaults.", "0  replayed", "2  bad arguments, or a file that is not a saved probe")
     r.add_argument("probes", nargs="+", type=Path, metavar="PROBE", help="saved .probe (or .json) files, or folders of them")
     r.add_argument("--later", metavar="DURATION", help="read them this much later, as if nothing changed (10m, 2h)")
     r.add_argument("--view", choices=("status", "gpus", "tail"), default="status", help="which answer (default status)")
-    pl = sub.add_parser("plot", help="a chart of a run's history (PNG), from the watchdog's state file")
-    pl.add_argument("run", help="run name or a unique prefix")
+    pl = command("plot", "a chart of a run's history (PNG), from the watchdog's state file",
+                 "Draw a run's loss, rate or GPU use over a window from the state file the\n"
+                 "watchdog keeps ([bot] state_db), restarts and incidents marked. No probe runs.",
+                 "0  the picture was written (one that says \"no history yet\" included)",
+                 "2  bad arguments, an unknown run, or no state file to read")
+    run_arg(pl)
     pl.add_argument("--metric", choices=render_chart.METRICS, default="loss", help="what to draw (default loss)")
     pl.add_argument("--since", metavar="DURATION", default="6h",
                     help=f"how far back (default 6h, at most {format_duration(render_chart.MAX_WINDOW_S)})")
     pl.add_argument("-o", "--output", metavar="FILE.png", type=Path, required=True, help="where to write the PNG")
-    d = sub.add_parser("demo", help="the whole product on this machine, no Slack, no cluster")
+    d = command("demo", "the whole product on this machine, no Slack, no cluster",
+                "Start a simulated training job here and show what runbot says of each of its\n"
+                "phases, and the watchdog's alert thread as it happens. About 40 seconds.",
+                "0  the demo ran through")
     d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
     return p
 
@@ -68,8 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse already printed its message
+    except SystemExit as exc:  # argparse already printed its message (or the help, or the version)
         return EXIT_OK if exc.code == 0 else EXIT_USAGE
+    for name, default in _GLOBAL_DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -80,16 +187,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings()
         path = config_path(args.config, settings)
+        if args.command == "init":
+            return _init(Path(args.path).expanduser() if args.path else path, default=path, force=args.force)
         if args.command == "replay":  # a capture from elsewhere replays with runbot's defaults
             registry = load_registry(path, env_state_db=settings.runbot_state_db) if args.config or path.exists() else None
             return _replay(args, registry)
         registry = load_registry(path, env_state_db=settings.runbot_state_db)
     except ConfigError as exc:
-        print(f"runbot: {exc}", file=sys.stderr)
+        print(_faults_text(exc, numbered=args.command == "check-config"), file=sys.stderr)
         return EXIT_USAGE
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command != "serve":  # serve writes JSON lines, at info unless told otherwise
+        to_stderr(settings.log_level(logging.WARNING, verbose=args.verbose), PlainLines())
+        log.debug("read %s: %d runs, %d hosts", registry.path, len(registry.runs), len(registry.hosts))
     try:
         return _dispatch(args, registry, settings)
     except UnknownRun as exc:
@@ -98,6 +210,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _tail_count(args: argparse.Namespace) -> int:
+    """`tail RUN 50` or `tail RUN -n 50` (both, if they agree); the default when neither."""
+    given = [x for x in (args.lines, args.n) if x is not None]
+    if len(set(given)) > 1:
+        raise UsageError(f"tail: N given twice ({args.lines} and -n {args.n}); say it once")
+    try:
+        return tail_lines(given[0]) if given else TAIL_DEFAULT
+    except ValueError as exc:
+        raise UsageError(f"tail: {exc}") from None
+
+
+def _init(path: Path, *, default: Path, force: bool) -> int:
+    """Write the commented example where the user asks (`-`: print it); an existing file stays unless --force."""
+    text = example_config()
+    if str(path) == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    if path.is_dir():
+        path = path / "runs.toml"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w" if force else "x", encoding="utf-8") as out:  # "x": never replace a file by accident
+            out.write(text)
+    except FileExistsError:
+        raise UsageError(f"{path} exists; `runbot init --force {path}` replaces it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    flag = "" if path.resolve() == default.resolve() else f" --config {path}"
+    print(f"wrote {path}: a commented example (a run over SSH, a run on this machine) — "
+          f"edit it, then `runbot{flag} check-config`")
+    return EXIT_OK
 
 
 def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) -> int:
@@ -110,19 +255,20 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
             raise UsageError(f"--save-probe {args.save_probe}: {exc.strerror or exc}") from None
     if args.command == "check-config":
         print(_describe_config(registry))
+        for warning in config_warnings(registry):
+            print(f"runbot: warning: {registry.path}: {warning}", file=sys.stderr)
         return EXIT_OK
     if args.command == "serve":
         from bot.service.serve import serve  # noqa: PLC0415 - Slack libraries only for the bot
 
-        return serve(registry, settings)
+        return serve(registry, settings, log_level=settings.log_level(logging.INFO, verbose=args.verbose))
     if args.command == "runs":
         rows = asyncio.run(_check_all(registry, args.save_probe, settings.runbot_state_db))
         print(render_text.runs(rows))
         return EXIT_OK
     if args.command == "plot":
         return _plot(args, registry)
-    if args.command == "tail" and not 1 <= args.n <= TAIL_MAX:
-        raise UsageError(f"tail -n takes 1 to {TAIL_MAX} lines, not {args.n}")
+    lines = _tail_count(args) if args.command == "tail" else TAIL_DEFAULT
     run = registry.resolve(args.run)
     verdict = asyncio.run(_check_one(registry, run, args.save_probe, settings.runbot_state_db))
     if args.command == "preview":
@@ -132,7 +278,7 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     elif args.command == "gpus":
         print(render_text.gpus(verdict))
     else:
-        print(render_text.tail(verdict, args.n))
+        print(render_text.tail(verdict, lines))
     return EXIT_UNREACHABLE if verdict.phase is Phase.UNREACHABLE else EXIT_OK
 
 
@@ -153,7 +299,10 @@ async def _check(registry: Registry, runs: list[Run], save: Path | None, state_d
     scheduler = Scheduler(registry, targets, history=memory, save_probe=save)
 
     async def one(run: Run) -> tuple[str, Verdict]:
-        return run.name, await scheduler.check(run, wait=math.inf)  # every run answers, however many there are
+        started = time.monotonic()
+        verdict = await scheduler.check(run, wait=math.inf)  # every run answers, however many there are
+        log.debug("probed %s (%s) in %.2f s: %s", run.name, run.where, time.monotonic() - started, verdict.phase.value)
+        return run.name, verdict
 
     try:
         return list(await asyncio.gather(*(one(r) for r in runs)))
@@ -243,8 +392,22 @@ def _preview(verdict: Verdict, run: Run, view: str) -> str:
     return f"{json.dumps(message, indent=2, ensure_ascii=False)}\n\n{render_slack.builder_url(message)}"
 
 
+def _faults_text(exc: ConfigError, *, numbered: bool) -> str:
+    """One fault as one line; several (or any, for check-config) as a numbered list, each with file, key and fault."""
+    faults = faults_of(exc)
+    if len(faults) == 1 and not numbered:
+        return f"runbot: {faults[0]}"
+    head = f"runbot: {exc.source}: {len(faults)} fault{'s' if len(faults) > 1 else ''}"
+    return "\n".join([head, *(f"  {n}. {fault}" for n, fault in enumerate(faults, 1))])
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _describe_config(registry: Registry) -> str:
-    lines = [f"{registry.path}: OK — {len(registry.runs)} run(s), {len(registry.hosts)} host(s)"]
+    said = "OK" if registry.runs else "valid, but nothing to watch"  # the warning on stderr says what to add
+    lines = [f"{registry.path}: {said} — {_count(len(registry.runs), 'run')}, {_count(len(registry.hosts), 'host')}"]
     for host in registry.hosts.values():
         lines.append(f"  host {host.name}: {host.user}@{host.address}:{host.port}" + (f" via {host.jump}" if host.jump else ""))
     for run in registry.runs.values():

@@ -6,7 +6,8 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -15,12 +16,12 @@ from typing import Any
 # Durations, MAX_STEP_PATTERN and ConfigError live in their own modules; callers still import
 # them from here (see __all__).
 from config.durations import MAX_DURATION, format_duration, parse_duration
-from config.validate import MAX_STEP_PATTERN, ConfigError, Validator, dotted, one_line, show
+from config.validate import MAX_STEP_PATTERN, ConfigError, ConfigFaults, Validator, dotted, faults_of, one_line, show
 
 __all__ = [
     "LOCAL", "DEFAULT_SILENCE_AFTER", "DEFAULT_LOADING_GRACE", "DEFAULT_GPU_SAMPLES", "MAX_DURATION",
-    "MAX_STEP_PATTERN", "ConfigError", "UnknownRun", "Host", "Run", "BotConfig", "Access", "Registry",
-    "parse_duration", "format_duration", "load_registry", "parse_registry",
+    "MAX_STEP_PATTERN", "ConfigError", "ConfigFaults", "faults_of", "UnknownRun", "Host", "Run", "BotConfig", "Access", "Registry",
+    "parse_duration", "format_duration", "load_registry", "parse_registry", "config_warnings",
 ]
 
 LOCAL = "local"  # the host name meaning "this machine"
@@ -174,6 +175,18 @@ class Registry:
         raise UnknownRun(query, names)
 
 
+def config_warnings(registry: Registry) -> list[str]:
+    """What a valid configuration still gets wrong for its user: nothing to watch, alerts with nowhere to go."""
+    if not registry.runs:
+        return ["no runs configured: runbot has nothing to probe or watch (add a [runs.NAME] table; "
+                "`runbot init` writes a commented example)"]
+    silent = [r.name for r in registry.runs.values() if r.alert_channel is None]
+    if silent:
+        return [f"no alert channel for {', '.join(silent)}: the watchdog tracks their incidents but posts "
+                "nowhere (set [bot] alert_channel, or alert_channel on the run)"]
+    return []
+
+
 # --- reading the file ---------------------------------------------------------------------
 
 
@@ -184,7 +197,7 @@ def load_registry(path: str | os.PathLike[str], env_state_db: str | None = None)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(path, "", "file not found (copy config/runs.example.toml)") from None
+        raise ConfigError(path, "", f"file not found (`runbot init {path}` writes a commented example there)") from None
     except UnicodeDecodeError:
         raise ConfigError(path, "", "not UTF-8 text") from None
     except OSError as exc:
@@ -223,11 +236,28 @@ _SECTIONS = ("bot", "access", "defaults", "hosts", "runs")
 
 
 class _Parser(Validator):
-    """Walks the parsed TOML; the first fault found ends the walk with a ConfigError."""
+    """Walks the parsed TOML, gathering every fault: each key's value is checked on its own, so one bad
+    value costs only that key (a run missing its host is still checked for the rest). The walk ends by
+    raising them all as one ConfigFaults."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.hosts: dict[str, Host] = {}
+        self.host_names: set[str] = set()  # hosts named in the file, valid or not (runs may point at them)
+        self.faults: list[ConfigError] = []
+        self.bad: set[str] = set()  # key paths whose value was refused: not "missing" as well
+
+    def note(self, fault: ConfigError) -> None:
+        self.faults.append(fault)
+        self.bad.add(fault.key)
+
+    @contextmanager
+    def each(self) -> Iterator[None]:
+        """One unit of the walk (a value, a host, a run): its fault is noted and the walk goes on."""
+        try:
+            yield
+        except ConfigError as fault:
+            self.note(fault)
 
     # -- sections --
 
@@ -235,29 +265,52 @@ class _Parser(Validator):
         self.keys(data, "", _SECTIONS, what="section")
         bot = self.bot(self.fields(data.get("bot", {}), "bot", _BOT_CHECKS), env_state_db)
         access = self.fields(data.get("access", {}), "access", _ACCESS_CHECKS)
-        for name, tbl in self.table(data.get("hosts", {}), "hosts").items():
-            self.hosts[name] = self.host(name, tbl)
+        hosts = self.section(data, "hosts")
+        self.host_names = set(hosts)
+        for name, tbl in hosts.items():
+            with self.each():
+                if (host := self.host(name, tbl)) is not None:
+                    self.hosts[name] = host
         defaults = self.fields(data.get("defaults", {}), "defaults", _DEFAULT_CHECKS)
         runs: dict[str, Run] = {}
         folded: dict[str, str] = {}
-        for name, tbl in self.table(data.get("runs", {}), "runs").items():
-            key = dotted("runs", name)
-            self.name(name, key, "run")
-            twin = folded.setdefault(name.casefold(), name)
-            if twin != name:
-                self.fail(key, f"duplicate run name: {show(name)} and {show(twin)} differ only in case")
-            runs[name] = self.run(name, self.fields(tbl, key, _RUN_CHECKS), defaults, bot)
+        for name, tbl in self.section(data, "runs").items():
+            with self.each():
+                key = dotted("runs", name)
+                self.name(name, key, "run")
+                twin = folded.setdefault(name.casefold(), name)
+                if twin != name:
+                    self.fail(key, f"duplicate run name: {show(name)} and {show(twin)} differ only in case")
+                run = self.run(name, self.fields(tbl, key, _RUN_CHECKS), defaults, bot)
+                if run is not None:
+                    runs[name] = run
+        if self.faults:
+            raise ConfigFaults(self.faults)
         return Registry(
             self.path, bot, Access(**access), MappingProxyType(self.hosts), MappingProxyType(runs)
         )
 
+    def section(self, data: dict[str, Any], name: str) -> dict[str, Any]:
+        """A [hosts] or [runs] table; one that is not a table is a fault and holds nothing."""
+        with self.each():
+            return self.table(data.get(name, {}), name)
+        return {}
+
     def fields(self, value: object, key: str, checks: Mapping[str, _Check]) -> dict[str, Any]:
-        """The keys set in one table, each validated by its check; unknown keys refused."""
-        tbl = self.table(value, key)
-        self.keys(tbl, key, tuple(checks))
-        return {
-            name: check(self, tbl[name], f"{key}.{name}") for name, check in checks.items() if name in tbl
-        }
+        """The keys set in one table, each validated by its check (the good ones kept); unknown keys refused."""
+        try:
+            tbl = self.table(value, key)
+        except ConfigError as fault:
+            self.note(fault)
+            return {}
+        out: dict[str, Any] = {}
+        for name, value in tbl.items():  # in file order, so the faults are too
+            if name not in checks:
+                self.unknown(name, key, tuple(checks))
+                continue
+            with self.each():
+                out[name] = checks[name](self, value, f"{key}.{name}")
+        return out
 
     def bot(self, out: dict[str, Any], env_state_db: str | None) -> BotConfig:
         if env_state_db:
@@ -266,11 +319,12 @@ class _Parser(Validator):
             out["state_db"] = _state_db(out.get("state_db", BotConfig.state_db), self.base)
         bot = BotConfig(**out)
         if not bot.history_every <= bot.history_full <= bot.history_keep:
-            self.fail("bot.history_full", f"history_every ({format_duration(bot.history_every)}) <= history_full "
-                      f"({format_duration(bot.history_full)}) <= history_keep ({format_duration(bot.history_keep)}) must hold")
+            self.note(ConfigError(self.path, "bot.history_full", f"history_every ({format_duration(bot.history_every)}) <= history_full "
+                      f"({format_duration(bot.history_full)}) <= history_keep ({format_duration(bot.history_keep)}) must hold"))
         return bot
 
-    def host(self, name: str, value: object) -> Host:
+    def host(self, name: str, value: object) -> Host | None:
+        """The host, or None when its address was refused (that fault is already noted)."""
         key = dotted("hosts", name)
         self.name(name, key, "host")
         if name.casefold() == LOCAL:
@@ -279,17 +333,21 @@ class _Parser(Validator):
                 f'"{LOCAL}" is reserved for this machine (runs say host = "{LOCAL}"); pick another name',
             )
         out = self.fields(value, key, _HOST_CHECKS)
-        if "address" not in out:
+        if "address" not in out and not {key, f"{key}.address"} & self.bad:
             self.fail(f"{key}.address", "missing (the host name or IP address to ssh to)")
-        return Host(name=name, **out)
+        return Host(name=name, **out) if "address" in out else None
 
-    def run(self, name: str, own: dict[str, Any], defaults: dict[str, Any], bot: BotConfig) -> Run:
+    def run(self, name: str, own: dict[str, Any], defaults: dict[str, Any], bot: BotConfig) -> Run | None:
+        """The run, or None when a key it cannot do without was refused (that fault is already noted)."""
         key = dotted("runs", name)
         merged = {"alert_channel": bot.alert_channel, "container": None, **defaults, **own}
-        if "host" not in merged:
+        refused = {k for k in ("host", "log") if {key, "defaults", f"{key}.{k}", f"defaults.{k}"} & self.bad}
+        if "host" not in merged and "host" not in refused:
             self.fail(f"{key}.host", f'missing (a [hosts.*] name or "{LOCAL}"; or set host in [defaults])')
-        if "log" not in merged:
+        if "log" not in merged and "log" not in refused:
             self.fail(f"{key}.log", "missing (the path of the run's log file)")
+        if refused or "host" not in merged or "log" not in merged:
+            return None
         merged["log"] = self.log(merged["log"], f"{key}.log", merged["host"])
         return Run(name=name, **merged)
 
@@ -298,28 +356,20 @@ class _Parser(Validator):
     def keys(self, tbl: dict[str, Any], key: str, allowed: tuple[str, ...], what: str = "key") -> None:
         for name in tbl:
             if name not in allowed:
-                close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.7)
-                home = (
-                    next((section for section, checks in _HOMES.items() if name in checks), None)
-                    if not key
-                    else None
-                )
-                hint = (
-                    f"it belongs under [{home}]; "
-                    if home
-                    else f"did you mean {show(close[0])}? "
-                    if close
-                    else ""
-                )
-                self.fail(
-                    f"{key}.{dotted(name)}" if key else dotted(name),
-                    f"unknown {what} ({hint}allowed: {', '.join(allowed)})",
-                )
+                self.unknown(name, key, allowed, what)
+
+    def unknown(self, name: str, key: str, allowed: tuple[str, ...], what: str = "key") -> None:
+        """Note a key the table may not hold, with the key it was probably meant to be."""
+        close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.7)
+        home = next((section for section, checks in _HOMES.items() if name in checks), None) if not key else None
+        hint = f"it belongs under [{home}]; " if home else f"did you mean {show(close[0])}? " if close else ""
+        self.note(ConfigError(self.path, f"{key}.{dotted(name)}" if key else dotted(name),
+                              f"unknown {what} ({hint}allowed: {', '.join(allowed)})"))
 
     def run_host(self, value: object, key: str) -> str:
         host = self.text(value, key)
-        if host != LOCAL and host not in self.hosts:
-            self.fail(key, f"unknown host {show(host)} (known: {', '.join([*self.hosts, LOCAL])})")
+        if host != LOCAL and host not in self.host_names:
+            self.fail(key, f"unknown host {show(host)} (known: {', '.join([*self.host_names, LOCAL])})")
         return host
 
     def log(self, log: str, key: str, host: str) -> str:

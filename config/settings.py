@@ -6,14 +6,18 @@ Read from environment variables and from a `.env` file in the working directory
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from config.registry import ConfigError
 
 DEFAULT_CONFIG = "config/runs.toml"
+
+LogLevel = Literal["debug", "info", "warning", "error"]
 
 
 class Settings(BaseSettings):
@@ -33,11 +37,23 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr | None = None  # SLACK_SIGNING_SECRET: HTTP mode
     slack_api_base_url: str | None = None  # SLACK_API_BASE_URL: proxies, GovSlack, tests
     port: int = Field(default=3000, ge=1, le=65535)  # PORT: HTTP mode listen port
+    runbot_log_level: LogLevel | None = None  # RUNBOT_LOG_LEVEL: debug, info, warning, error
+
+    @field_validator("runbot_log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value  # INFO, Info and info alike
 
     @property
     def socket_mode(self) -> bool:
         """Socket Mode when an app-level token is set; HTTP mode otherwise."""
         return self.slack_app_token is not None
+
+    def log_level(self, default: int, *, verbose: bool = False) -> int:
+        """The logging level: --verbose (debug), else RUNBOT_LOG_LEVEL, else the command's own default."""
+        if verbose:
+            return logging.DEBUG
+        return logging.getLevelName(self.runbot_log_level.upper()) if self.runbot_log_level else default
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -54,3 +70,25 @@ def config_path(cli_value: str | None, settings: Settings) -> Path:
     """The TOML file to read: `--config`, else `RUNBOT_CONFIG`, else `config/runs.toml`."""
     chosen = cli_value or settings.runbot_config or DEFAULT_CONFIG
     return Path(chosen).expanduser()
+
+
+# What each Slack credential starts with (Slack's token types; rotated bot tokens are "xoxe.xoxb-").
+_BOT_PREFIXES = ("xoxb-", "xoxe.xoxb-")
+_APP_PREFIX = "xapp-"
+
+
+def check_tokens(settings: Settings) -> None:
+    """A token in the wrong variable, or pasted with a space, as a one-line ConfigError before Slack is asked:
+    otherwise Socket Mode's answer to a bot token is a reconnect loop, not a sentence. Never shows a token."""
+    bot = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
+    app = settings.slack_app_token.get_secret_value() if settings.slack_app_token else None
+    for name, token in (("SLACK_BOT_TOKEN", bot), ("SLACK_APP_TOKEN", app)):
+        if token is not None and any(c.isspace() for c in token):
+            raise ConfigError("environment", name, "holds a space or a line break (pasted with one?)")
+    if bot is not None and bot.startswith(_APP_PREFIX):
+        raise ConfigError("environment", "SLACK_BOT_TOKEN", "is an app-level token (xapp-…): the bot token starts "
+                                                            "xoxb- (OAuth & Permissions → Bot User OAuth Token)")
+    if app is not None and not app.startswith(_APP_PREFIX):
+        kind = "the bot token (xoxb-…)" if app.startswith(_BOT_PREFIXES) else "not an app-level token"
+        raise ConfigError("environment", "SLACK_APP_TOKEN", f"is {kind}: Socket Mode needs an app-level token, xapp-… "
+                                                            "(Basic Information → App-Level Tokens, with connections:write)")

@@ -8,7 +8,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, Sequence
 
 import re2
 
@@ -32,6 +32,27 @@ class ConfigError(Exception):
         return one_line(": ".join(parts))
 
 
+class ConfigFaults(ConfigError):
+    """Every fault found in one file, in the order the walk met them. Its own fields and a one-line
+    `str()` are the first fault's (with how many more), so code that reports one fault still can;
+    `runbot check-config` numbers them all."""
+
+    def __init__(self, faults: Sequence[ConfigError]) -> None:
+        first = faults[0]
+        super().__init__(first.source, first.key, first.fault)
+        self.faults = tuple(faults)
+
+    def __str__(self) -> str:
+        more = len(self.faults) - 1
+        first = super().__str__()
+        return f"{first} (and {more} more: `runbot check-config` lists them)" if more else first
+
+
+def faults_of(exc: ConfigError) -> tuple[ConfigError, ...]:
+    """The faults a ConfigError stands for: several when a walk gathered them, else itself."""
+    return exc.faults if isinstance(exc, ConfigFaults) else (exc,)
+
+
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _NAME_RULE = 'letters, digits, "_", "." and "-", starting with a letter or digit, at most 64'
 _ROLE_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -50,7 +71,7 @@ _MAX_CT = 999_999_999  # Proxmox's largest VMID
 
 
 class Validator:
-    """Checks one value at a key path; the first fault raises a ConfigError naming file and key."""
+    """Checks one value at a key path; its first fault raises a ConfigError naming file and key."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

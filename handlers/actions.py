@@ -1,4 +1,5 @@
-"""Buttons Refresh / Tail / GPUs: re-probe the run and replace the message in place (on an alert: answer privately)."""
+"""Buttons Refresh / Tail / GPUs / Status: re-probe the run and replace the message in place (on an alert, and
+from a list of runs: answer privately beside it)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 from slack_sdk.errors import SlackApiError
 
 from bot.render import slack as render_slack
-from bot.render.slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_TAIL
+from bot.render.slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_STATUS, ACTION_TAIL
 from bot.core.verdict import TAIL_DEFAULT
 from handlers.commands import (
     NOT_ALLOWED,
@@ -20,8 +21,13 @@ from handlers.commands import (
 if TYPE_CHECKING:
     from bot.service.app import Services
 
+def _status(v, run):
+    return render_slack.status_message(v, run.name, run.where)
+
+
 VIEWS = {
-    ACTION_REFRESH: ("status", lambda v, run: render_slack.status_message(v, run.name, run.where)),
+    ACTION_REFRESH: ("status", _status),
+    ACTION_STATUS: ("status", _status),  # from /run runs: the same view, answered beside the list
     ACTION_TAIL: ("tail", lambda v, run: render_slack.tail_message(v, TAIL_DEFAULT, run.name)),
     ACTION_GPUS: ("gpus", lambda v, run: render_slack.gpus_message(v, run.name, run.where)),
 }
@@ -37,9 +43,10 @@ async def on_button(ack, body: dict, action: dict, context) -> None:
     channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
     response_url = body.get("response_url")
     name = action.get("value", "")
-    alert = is_alert(body.get("message"))
+    # A Status button on a list of runs opens that run's status beside the list, which stays as it was.
+    aside = is_alert(body.get("message")) or action["action_id"] == ACTION_STATUS
     with services.tracking():
-        outcome, how = await _click(services, user, channel, name, render, container, response_url, alert)
+        outcome, how = await _click(services, user, channel, name, render, container, response_url, aside)
     log_event("button", user=user, channel=channel, command=view, run=name[:64], outcome=outcome, via=how,
               ms=round((time.monotonic() - started) * 1000))
 
@@ -53,7 +60,8 @@ def is_alert(message: dict | None) -> bool:
 
 
 async def _click(services: Services, user: str, channel: str, name: str, render, container: dict,
-                 response_url: str | None, alert: bool = False) -> tuple[str, str]:
+                 response_url: str | None, aside: bool = False) -> tuple[str, str]:
+    """Re-probe and show the view: in place of the clicked message, or `aside` (a new private answer)."""
     run = services.registry.runs.get(name)
     if run is None or not services.registry.access.allows(user, channel, run):
         # A side note to the clicker only; the message stays as it was.
@@ -65,9 +73,9 @@ async def _click(services: Services, user: str, channel: str, name: str, render,
     verdict = await services.check(run)
     message = render(verdict, run)
     outcome = "unreachable" if not verdict.reached else "ok"
-    if alert:
-        # An alert is the channel's record of an incident (and carries its Mute button): replacing it
-        # would lose both for everyone. The clicker alone gets the fresh view.
+    if aside:
+        # An alert is the channel's record of an incident (and carries its Mute button), a list of runs
+        # the way to the others: replacing either would lose it for everyone. The clicker alone gets the view.
         if response_url and await send_response(response_url, {**message, "response_type": "ephemeral",
                                                                 "replace_original": False}):
             return outcome, "response_url"

@@ -15,7 +15,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.render import slack as render_slack
 from bot.service.slack_http import response_url_retries
-from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict
+from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.registry import Registry, Run, UnknownRun
 
 if TYPE_CHECKING:
@@ -91,12 +91,14 @@ Handler = Callable[[CommandRequest], Awaitable[Reply]]
 @dataclass(frozen=True)
 class Subcommand:
     """A word after /run. `usage` is what follows /run: UPPERCASE words are required arguments,
-    [BRACKETED] ones optional; the listener refuses any other count before the handler runs."""
+    [BRACKETED] ones optional; the listener refuses any other count before the handler runs.
+    `prepare` rewrites the words first (tail's `-n 50` into its N)."""
 
     name: str
     usage: str
     help: str
     handler: Handler
+    prepare: Callable[[list[str]], list[str]] | None = None
 
     @property
     def arity(self) -> tuple[int, int]:
@@ -108,11 +110,12 @@ class Subcommand:
 SUBCOMMANDS: dict[str, Subcommand] = {}
 
 
-def subcommand(name: str, usage: str, help: str) -> Callable[[Handler], Handler]:
+def subcommand(name: str, usage: str, help: str,
+               prepare: Callable[[list[str]], list[str]] | None = None) -> Callable[[Handler], Handler]:
     """Register `async def handler(req: CommandRequest) -> Reply` as `/run <name>`."""
 
     def register(handler: Handler) -> Handler:
-        SUBCOMMANDS[name] = Subcommand(name, usage, help, handler)
+        SUBCOMMANDS[name] = Subcommand(name, usage, help, handler, prepare)
         return handler
 
     return register
@@ -147,13 +150,32 @@ async def gpus(req: CommandRequest) -> Reply:
     return req.reply(render_slack.gpus_message(verdict, run.name, run.where), outcome=_probe_outcome(verdict))
 
 
-@subcommand("tail", "tail RUN [N]", f"the last N log lines (default {TAIL_DEFAULT}, at most {TAIL_MAX}), cleaned")
+def n_option(words: list[str]) -> list[str]:
+    """`-n 50`, `-n50`, `--lines 50` or `--lines=50` among the words become a plain N after the others,
+    so `/run tail RUN -n 50` reads as `/run tail RUN 50` (and as `runbot tail RUN -n 50` does)."""
+    rest, n = [], []
+    words = iter(words)
+    for word in words:
+        if word in ("-n", "--lines"):
+            n.append(next(words, ""))
+        elif word.startswith("--lines="):
+            n.append(word.removeprefix("--lines="))
+        elif word.startswith("-n") and word[2:].isdigit():
+            n.append(word[2:])
+        else:
+            rest.append(word)
+    return rest + n
+
+
+@subcommand("tail", "tail RUN [N]", f"the last N log lines (default {TAIL_DEFAULT}, at most {TAIL_MAX}; "
+            "`-n N` works too), cleaned", prepare=n_option)
 async def tail(req: CommandRequest) -> Reply:
     n = TAIL_DEFAULT
     if len(req.args) > 1:
-        if not re.fullmatch(r"[0-9]{1,4}", req.args[1]) or not 1 <= int(req.args[1]) <= TAIL_MAX:
-            raise Usage(f"N is a number of lines, 1 to {TAIL_MAX}")
-        n = int(req.args[1])
+        try:
+            n = tail_lines(req.args[1])
+        except ValueError as exc:
+            raise Usage(str(exc)) from None
     run = req.run(req.args[0])
     verdict = await req.services.check(run)
     return req.reply(render_slack.tail_message(verdict, n, run.name), outcome=_probe_outcome(verdict))
@@ -208,6 +230,8 @@ async def _answer(req: CommandRequest) -> Reply:
         if _is_run(req, req.command):
             note += f" — did you mean /run status {req.command}?"
         return Reply.of(render_slack.help_message(listed(), note=note), outcome="unknown_command")
+    if sub.prepare is not None:
+        req.args = sub.prepare(req.args)
     low, high = sub.arity
     if not low <= len(req.args) <= high:
         return _usage(sub)

@@ -19,7 +19,7 @@ from bot.render import chart as render_chart
 from bot.render import slack as render_slack
 from config.durations import parse_duration
 from config.registry import format_duration
-from bot.render.history import ACTION_PLOT
+from bot.render.history import ACTION_PLOT, CHART_ACTIONS
 from handlers.commands import CommandRequest, Reply, Usage, log, log_event, send_response, subcommand
 
 NO_HISTORY = ("no history is kept here: the watchdog keeps each run's memory (`runbot serve` with a state file), "
@@ -150,5 +150,7 @@ def _button_value(value: str) -> tuple[str, str | None, float]:
 
 
 def register(app) -> None:
-    """`/run plot` is registered by importing this module; the Chart buttons of /run history listen here."""
-    app.action(ACTION_PLOT)(on_chart_button)
+    """`/run plot` is registered by importing this module; the Chart buttons of /run history listen here (one
+    action_id per metric, and the one they all shared before, for answers already in channels)."""
+    for action_id in (*CHART_ACTIONS, ACTION_PLOT):
+        app.action(action_id)(on_chart_button)

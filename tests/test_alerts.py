@@ -186,7 +186,9 @@ def test_the_parent_is_safe_says_the_verdict_first_and_has_the_buttons():
                     muted_by="U1")
     message = render_alerts.parent("dflash", state, None, T0, UTC)
     first = message["text"].splitlines()[0]
-    assert first.startswith(":red_circle: dflash: silent 12 min") and "<!channel>" not in message["text"]
+    # The text (a lock screen) leads as every answer does, run then verdict; the emoji is the block's.
+    assert first.startswith("dflash: silent 12 min") and "<!channel>" not in message["text"]
+    assert message["blocks"][0]["text"]["text"].startswith(":red_circle: *dflash*: silent 12 min")
     assert "xoxb-123456789012" not in str(message)
     assert message["text"].splitlines()[1] == f"muted until <!date^{int(T0 + 600)}^{{time}}|{render_alerts.clock(T0 + 600, UTC)}> by <@U1>"
     actions = message["blocks"][-1]
@@ -196,13 +198,18 @@ def test_the_parent_is_safe_says_the_verdict_first_and_has_the_buttons():
 
 def test_replies_say_what_changed():
     state = replace(OPEN, headline="crashed — torch.OutOfMemoryError", concern=Concern(Worry.CRASHED))
-    assert render_alerts.reply("dflash", Reply("changed", Concern(Worry.CRASHED)), state, T0)["text"].startswith(":red_circle: now crashed:")
+    changed = render_alerts.reply("dflash", Reply("changed", Concern(Worry.CRASHED)), state, T0)
+    assert changed["text"] == "dflash: now crashed — torch.OutOfMemoryError"  # said once, not "now crashed: crashed —"
+    assert changed["blocks"][0]["text"]["text"] == ":red_circle: *dflash*: now crashed — torch.OutOfMemoryError"
     resolved = replace(RESOLVED, headline="step 1300 · 14.2K tok/s")
-    assert render_alerts.reply("d", Reply("recovered", Concern(Worry.SILENT)), resolved, T0 + 720)["text"] == \
-        ":white_check_mark: recovered after 12 min: step 1300 · 14.2K tok/s"
-    gpu = replace(OPEN, concern=Concern(Worry.GPU_IDLE, "drafter"))
-    assert "drafter GPUs idle" in render_alerts.reply("d", Reply("still", Concern(Worry.GPU_IDLE, "drafter")), gpu, T0)["text"]
-    assert render_alerts.parent("d", gpu, None, T0)["text"].startswith(":large_orange_circle:")
+    recovered = render_alerts.reply("d", Reply("recovered", Concern(Worry.SILENT)), resolved, T0 + 720)
+    assert recovered["text"] == "d: recovered after 12 min: step 1300 · 14.2K tok/s"
+    assert recovered["blocks"][0]["text"]["text"].startswith(":white_check_mark: *d*: recovered")
+    # A GPU-idle incident's headline is the one its verdict writes ("…; drafter GPUs idle"): the reply says it once.
+    gpu = replace(OPEN, concern=Concern(Worry.GPU_IDLE, "drafter"), headline="step 1200 · 14.2K tok/s; drafter GPUs idle")
+    still = render_alerts.reply("d", Reply("still", Concern(Worry.GPU_IDLE, "drafter")), gpu, T0 + 3900)["text"]
+    assert still == "d: still, after 1 h 05 min: step 1200 · 14.2K tok/s; drafter GPUs idle"
+    assert render_alerts.parent("d", gpu, None, T0)["blocks"][0]["text"]["text"].startswith(":large_orange_circle:")
 
 
 def test_every_kind_of_concern_has_its_words():
@@ -329,10 +336,10 @@ def test_the_flapping_messages_read_as_one_story():
     assert state.flapping
     line = render_alerts.parent("dflash", state, None, T0)["text"].splitlines()[0]
     n = len(state.flips)
-    assert line.startswith(f":red_circle: dflash: flapping — silent and back {n} times lately; now ")
+    assert line.startswith(f"dflash: flapping — silent and back {n} times lately; now ")
     flapping = render_alerts.reply("dflash", Reply("flapping", Concern(Worry.SILENT)), state, T0)["text"]
-    assert flapping.startswith(f":red_circle: flapping — silent and back {n} times lately: only how it settles")
+    assert flapping.startswith(f"dflash: flapping — silent and back {n} times lately: only how it settles")
     healthy = render_alerts.reply("dflash", Reply("settled"), replace(state, status=Status.RESOLVED), T0)["text"]
-    assert healthy.startswith(":white_check_mark: stopped flapping, healthy again:")
+    assert healthy.startswith("dflash: stopped flapping, healthy again:")
     assert render_alerts.reply("dflash", Reply("settled", Concern(Worry.SILENT)), state, T0)["text"].startswith(
-        ":red_circle: stopped flapping, silent now:")
+        f"dflash: stopped flapping, now {state.headline}")

@@ -56,3 +56,12 @@ def test_every_hung_run_is_alerted_within_silence_after(corpus):
     hung = [m for m in found if m.phase == "silent"]
     assert len(hung) >= fewest
     assert [m.id for m in hung if (verdicts[m.id].phase, verdicts[m.id].level) != (Phase.SILENT, Level.CRIT)] == []
+
+
+def test_no_row_under_a_headline_repeats_it(corpus):
+    """Each fact once on a phone (issue 15): what the first line says, no row of the status says again."""
+    from bot.render.facts import rows
+
+    _, found, verdicts, _ = corpus
+    repeated = [(m.id, r.label, r.text) for m in found for r in rows(verdicts[m.id]) if r.text in verdicts[m.id].headline]
+    assert repeated == []

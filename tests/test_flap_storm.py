@@ -103,7 +103,7 @@ async def test_a_host_that_stops_answering_is_one_incident(tmp_path, stub):
     posts = [p for m, p in stub.calls if m == "chat.postMessage"]
     parents = [p for p in posts if not p.get("thread_ts")]
     assert len(parents) == 1, [p["text"][:60] for p in parents]
-    assert parents[0]["text"].startswith(":red_circle: host pve1: 12 runs on pve1 unreachable (r0, r1, r10, r11")
+    assert parents[0]["text"].startswith("host pve1: 12 runs on pve1 unreachable (r0, r1, r10, r11")
     assert "refused the connection" in parents[0]["text"]
     replies = [p["text"] for p in posts if p.get("thread_ts")]
     assert len(replies) == 1 and "recovered" in replies[0] and "pve1 answers again" in replies[0]
@@ -128,5 +128,5 @@ async def test_one_container_down_is_its_runs_own_news(tmp_path, stub):
         now[0] += 7
     await wd.stop()
     parents = [p for m, p in stub.calls if m == "chat.postMessage" and not p.get("thread_ts")]
-    assert len(parents) == 1 and parents[0]["text"].startswith(":red_circle: r0: container 200 on pve1 is not running")
+    assert len(parents) == 1 and parents[0]["text"].startswith("r0: container 200 on pve1 is not running")
     wd.state_file.close()

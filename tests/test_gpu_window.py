@@ -230,7 +230,7 @@ def test_two_gpus_with_roles_from_the_window():
     reading = f"0, {bus_id(0)}, 31395, 143771, 0\n1, {bus_id(1)}, 18211, 143771, 0"  # GPU 0 caught between steps
     report = classify(parse_gpu_section(rounds(reading), text, 0), {"target": [0], "drafter": [1]})
     assert report.summary() == "target 0 busy · drafter 1 idle (memory held)"
-    assert report.findings == ("drafter GPU 1 idle with 18 GB held",)
+    assert report.findings == ("drafter GPU 1 idle with 18 GiB held",)
     assert report.basis.method is GpuMethod.WINDOW
 
 
@@ -334,19 +334,19 @@ def test_a_hung_window_call_is_not_followed_by_a_query_that_would_hang_as_long(t
     (None, ["  target 0 busy · drafter 1 idle (memory held)",
             r"  util from driver window 14 s, 71 samples",
             "  target (0)",
-            "    GPU 0: busy        31 GB/140 GB     util % avg 66 · 0–100 · now 100",
+            "    GPU 0: busy        31/140 GiB       util % avg 66 · 0–100 · now 100",
             "  drafter (1)",
-            "    GPU 1: idle        18 GB/140 GB     util % avg 0 · 0–0 · now 0",
-            "  ! drafter GPU 1 idle with 18 GB held"]),
+            "    GPU 1: idle        18/140 GiB       util % avg 0 · 0–0 · now 0",
+            "  ! drafter GPU 1 idle with 18 GiB held"]),
     (utilization_report([SmiGpu(bus_id(0), "N/A", "N/A", NOT_AVAILABLE, NOT_AVAILABLE),
                          SmiGpu(bus_id(1), "N/A", "N/A", NOT_AVAILABLE, NOT_AVAILABLE)]),
      ["  target 0 busy · drafter 1 idle (memory held)",
       r"  util from 3 readings over (0\.9|1) s \(driver window: N/A\)",  # ~0.9 s of sleeps, a little more if busy
       "  target (0)",
-      "    GPU 0: busy        31 GB/140 GB     util % 100 0 100",
+      "    GPU 0: busy        31/140 GiB       util % 100 0 100",
       "  drafter (1)",
-      "    GPU 1: idle        18 GB/140 GB     util % 0 0 0",
-      "  ! drafter GPU 1 idle with 18 GB held"]),
+      "    GPU 1: idle        18/140 GiB       util % 0 0 0",
+      "  ! drafter GPU 1 idle with 18 GiB held"]),
 ], ids=["window", "N/A: readings"])
 def test_two_gpus_with_roles_end_to_end(tmp_path, window, answer):
     """The real probe on a local log, a stand-in nvidia-smi, the diagnosis and `runbot gpus`'s text."""

@@ -14,7 +14,6 @@ from bot.core.gpus import (
     HOLDS_MEMORY_MIB,
     MAX_ERROR_CHARS,
     classify,
-    format_gb,
     format_indices,
     parse_gpu_section,
     parse_query_csv,
@@ -73,13 +72,6 @@ def readings(*rounds: list[tuple]) -> GpuReadings:
 ])
 def test_format_indices(indices, text):
     assert format_indices(indices) == text
-
-
-@pytest.mark.parametrize("mib, text", [
-    (43747, "43 GB"), (96871, "95 GB"), (10240, "10 GB"), (3733, "3.6 GB"), (4, "0 GB"), (0, "0 GB"),
-])
-def test_format_gb_divides_mib_by_1024(mib, text):
-    assert format_gb(mib) == text
 
 
 # ---------------------------------------------------------------- parse_query_csv
@@ -246,7 +238,7 @@ def test_timeline_after_training_done_gpu0_idle_with_memory_held():
     report = classify(parse_gpu_section(section(*[(0, s["smi"]) for s in last])))
     assert report.summary() == "GPU 0 idle (memory held) · 1 idle"
     assert [g.index for g in report.idle_with_memory()] == [0]
-    assert report.findings == ("GPU 0 idle with 31 GB held",)
+    assert report.findings == ("GPU 0 idle with 31 GiB held",)
 
 
 def test_timeline_start_single_reading_is_not_a_verdict():
@@ -298,8 +290,8 @@ def test_doc_eight_gpu_example_with_roles():
     assert report.summary() == ("target 1, 4 busy · 0, 2–3 low · "
                                 "drafter 6 busy · 5, 7 idle (memory held)")
     assert report.findings == (
-        "drafter GPU 5 holds 43 GB, its siblings 75–95 GB: model not loaded or its thread died?",
-        "drafter GPUs 5, 7 idle with 43–75 GB held",
+        "drafter GPU 5 holds 43 GiB, its siblings 75–95 GiB: model not loaded or its thread died?",
+        "drafter GPUs 5, 7 idle with 43–75 GiB held",
     )
     assert report.lines() == ["target 1, 4 busy · 0, 2–3 low",
                               "drafter 6 busy · 5, 7 idle (memory held)", *report.findings]
@@ -315,14 +307,14 @@ def test_doc_example_without_roles_has_no_sibling_finding():
     report = classify(readings([(i, u, m) for i, m, u in DOC_EIGHT]))
     assert report.summary() == "GPUs 1, 4, 6 busy · 0, 2–3 low · 5, 7 idle (memory held)"
     assert report.lines()[:3] == ["GPUs 1, 4, 6 busy", "GPUs 0, 2–3 low", "GPUs 5, 7 idle (memory held)"]
-    assert report.findings == ("GPUs 5, 7 idle with 43–75 GB held",)
+    assert report.findings == ("GPUs 5, 7 idle with 43–75 GiB held",)
 
 
 def test_roles_busy_and_idle_summary():
     rounds = [[(i, 100 if i < 5 else 0, 70000 if i < 5 else 71680) for i in range(8)]] * 3
     report = classify(readings(*rounds), {"target": range(5), "drafter": [5, 6, 7]})
     assert report.summary() == "target 0–4 busy · drafter 5–7 idle (memory held)"
-    assert report.findings == ("drafter GPUs 5–7 idle with 70 GB held",)
+    assert report.findings == ("drafter GPUs 5–7 idle with 70 GiB held",)
 
 
 def test_summary_without_roles():
@@ -335,7 +327,7 @@ def test_summary_without_roles():
 
 def test_idle_gpu_holding_memory():
     report = classify(readings(*[[(3, 0, 71680), (4, 100, 71680)]] * 3))
-    assert report.findings == ("GPU 3 idle with 70 GB held",)
+    assert report.findings == ("GPU 3 idle with 70 GiB held",)
     assert report.summary() == "GPU 4 busy · 3 idle (memory held)"
     assert [g.index for g in report.idle_with_memory()] == [3]
 

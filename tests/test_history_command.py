@@ -13,7 +13,7 @@ from bot.core.history import Point
 from bot.core.ledger import Incident, Ledger, Outgoing
 from bot.core.timeline import incidents_between, spans
 from bot.core.verdict import Concern, Phase, Worry
-from bot.render.history import ACTION_PLOT, history_message
+from bot.render.history import ACTION_PLOT, CHART_ACTIONS, history_message
 from tests.slack_stub import SlackStub
 from tests.test_plot import FakeHistory, a_readable_png
 from tests.test_slack_app import Bot
@@ -91,12 +91,14 @@ def test_the_answer_reads_newest_first_for_a_phone():
     assert message["text"] == "dflash: training since 2 h 57 min ago · 2 incidents in 12 h"
     [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
     assert [(e["action_id"], e["value"]) for e in actions["elements"]] == [
-        (ACTION_PLOT, "dflash loss 43200"), (ACTION_PLOT, "dflash rate 43200"), (ACTION_PLOT, "dflash gpus 43200")]
+        ("runbot.plot.loss", "dflash loss 43200"), ("runbot.plot.rate", "dflash rate 43200"), ("runbot.plot.gpus", "dflash gpus 43200")]
+    assert message["blocks"][0]["text"]["text"] == ":scroll: *dflash*: training since 2 h 57 min ago · 2 incidents in 12 h"
 
 
 def test_nothing_remembered_says_so_in_one_line():
     message = history_message("dflash", [], [], NOW, 24 * H)
-    assert message["text"].startswith(":scroll: *dflash* · last 1 d: nothing remembered yet") and len(message["blocks"]) == 1
+    assert message["text"].startswith("dflash: nothing remembered of the last 1 d yet") and len(message["blocks"]) == 1
+    assert message["blocks"][0]["text"]["text"].startswith(":scroll: *dflash*: nothing remembered")
 
 
 # -- through the app ----------------------------------------------------------------------------
@@ -147,7 +149,7 @@ async def test_run_history_takes_a_window_and_refuses_a_bad_one(make_bot):
 
 async def test_a_chart_button_posts_the_chart_here_and_tells_the_clicker(make_bot, stub):
     async with make_bot() as bot:
-        name, status = await bot.click(ACTION_PLOT, "dflash rate 7200")
+        name, status = await bot.click(CHART_ACTIONS[1], "dflash rate 7200")
         assert status == 200
         answer = await bot.answer(name, timeout=30)
     (shared,) = stub.files

@@ -16,10 +16,13 @@ from config.registry import (
     Access,
     BotConfig,
     ConfigError,
+    ConfigFaults,
     Host,
     Registry,
     Run,
     UnknownRun,
+    config_warnings,
+    faults_of,
     format_duration,
     load_registry,
     parse_duration,
@@ -241,7 +244,7 @@ def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "runs.toml"
     with pytest.raises(ConfigError) as caught:
         load_registry(path)
-    assert str(caught.value) == f"{path}: file not found (copy config/runs.example.toml)"
+    assert str(caught.value) == f"{path}: file not found (`runbot init {path}` writes a commented example there)"
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
@@ -806,3 +809,78 @@ def test_python_class_escapes_are_accepted_in_step_pattern(pattern):
     """The probe rewrites \\d \\D \\w \\W \\s \\S as bracket classes for grep, so they are fine."""
     text = f"[runs.x]\nhost = \"local\"\nlog = \"/x.log\"\nstep_pattern = '{pattern}'\n"
     assert parse_registry(text, Path("runs.toml")).runs["x"].step_pattern == pattern
+
+
+# -- every fault at once (issue 15 #5) -----------------------------------------------------------
+
+SEVERAL = """
+[bot]
+check_every = "1 minute"
+alert_chanel = "C0123456789"
+[hosts.pve1]
+address = "10.1.2.6"
+port = 99999
+[runs.a]
+host = "pve1"
+log = "relative.log"
+[runs.b]
+host = "pve9"
+log = "/x.log"
+[runs.c]
+host = "local"
+log = "/x.log"
+gpu_samples = 0
+"""
+
+
+def test_every_fault_is_reported_at_once_in_file_order() -> None:
+    with pytest.raises(ConfigFaults) as caught:
+        parse(SEVERAL)
+    assert [(f.key, f.fault.split(" (")[0]) for f in faults_of(caught.value)] == [
+        ("bot.check_every", 'bad duration "1 minute"'),
+        ("bot.alert_chanel", "unknown key"),
+        ("hosts.pve1.port", "bad port 99999"),
+        ("runs.a.log", 'relative path "relative.log" on host "pve1"'),
+        ("runs.b.host", 'unknown host "pve9"'),
+        ("runs.c.gpu_samples", "bad gpu_samples 0"),
+    ]
+    assert all(str(f).startswith(f"{PATH}: {f.key}: ") for f in faults_of(caught.value))
+
+
+def test_several_faults_still_read_as_one_line_naming_the_first() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(SEVERAL)
+    message = str(caught.value)
+    assert message.startswith(f'{PATH}: bot.check_every: bad duration "1 minute"') and "(and 5 more: " in message
+    assert len(message.splitlines()) == 1 and caught.value.key == "bot.check_every"
+
+
+@pytest.mark.parametrize("text, key", [
+    # a refused value is one fault, not also "missing"
+    ('[runs.x]\nhost = 3\nlog = "/x.log"\n', "runs.x.host"),
+    ('[runs.x]\nhost = "local"\nlog = ""\n', "runs.x.log"),
+    ('[defaults]\nhost = 3\n[runs.x]\nlog = "/x.log"\n[runs.y]\nlog = "/y.log"\n', "defaults.host"),
+    ('[hosts.pve1]\naddress = "a b"\n', "hosts.pve1.address"),
+    # a host with a fault is still a host its runs may name: no "unknown host" on top
+    ('[hosts.pve1]\naddress = "10.0.0.1"\nport = 0\n[runs.x]\nhost = "pve1"\nlog = "/x.log"\n', "hosts.pve1.port"),
+    ('[hosts]\npve1 = 3\n[runs.x]\nhost = "pve1"\nlog = "/x.log"\n', "hosts.pve1"),
+    ('[runs]\nx = 3\n', "runs.x"),
+    ('[defaults]\nbogus = 1\nhost = "local"\n[runs.x]\nlog = "/x.log"\n', "defaults.bogus"),
+])
+def test_one_mistake_is_one_fault_not_a_cascade(text, key) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(text)
+    assert [f.key for f in faults_of(caught.value)] == [key]
+
+
+def test_a_lone_fault_is_exactly_the_one_line_it_always_was() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(run_toml(silence_after='"10 minutes"'))
+    assert str(caught.value) == 'config/runs.toml: runs.x.silence_after: bad duration "10 minutes" (use e.g. "90s", "10m", "2h")'
+    assert len(faults_of(caught.value)) == 1
+
+
+def test_a_file_with_no_runs_is_valid_but_warned_about() -> None:
+    assert [w.split(":")[0] for w in config_warnings(parse(""))] == ["no runs configured"]
+    assert config_warnings(parse('[bot]\nalert_channel = "C0123456789"\n' + run_toml())) == []
+    assert "no alert channel for x" in config_warnings(parse(run_toml()))[0]

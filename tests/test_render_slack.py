@@ -92,13 +92,15 @@ def width(row: str) -> int:
 # -- the verdict comes first --------------------------------------------------------------
 
 
-def test_status_message_leads_with_the_verdict():
+def test_status_message_leads_with_the_run_then_the_verdict():
     v = verdict_of("step=1200 loss=2.31 tok/s=14200\n")
     msg = rs.status_message(v, "dflash", "pve1 CT 200 · /workspace/train.log")
-    assert msg["text"].splitlines()[0] == v.headline
+    assert msg["text"].splitlines()[0] == f"dflash: {v.headline}"  # what a lock screen shows: which run, then what
     first = msg["blocks"][0]["text"]["text"]
-    assert first == f"{rs.LEVEL_EMOJI[v.level]} {v.headline}"
-    assert any("*progress*" in t and "step 1200" in t for t in texts(msg))
+    assert first == f"{rs.LEVEL_EMOJI[v.level]} *dflash*: {v.headline}"
+    # The headline is the progress: no "progress" row says it again (each fact once)
+    assert v.headline.startswith("step 1200 · 14.2K tok/s · loss 2.31")
+    assert not any("*progress*" in t for t in texts(msg)) and "progress:" not in msg["text"]
     assert any("pve1 CT 200" in t for t in texts(msg))
     actions = msg["blocks"][-1]
     assert actions["type"] == "actions"
@@ -116,7 +118,7 @@ def test_every_level_has_an_emoji(level):
 def test_an_unreachable_run_says_what_failed():
     v = unreachable(RUN, "cannot reach pve1 (10.1.2.6:22): connection refused", "unreachable")
     for msg in (rs.status_message(v, "dflash"), rs.gpus_message(v), rs.tail_message(v, 20)):
-        assert msg["text"].splitlines()[0] == "cannot reach pve1 (10.1.2.6:22): connection refused"
+        assert msg["text"].splitlines()[0] == "dflash: cannot reach pve1 (10.1.2.6:22): connection refused"
         assert msg["blocks"][0]["text"]["text"].startswith(rs.LEVEL_EMOJI[Level.CRIT])
         assert_within_limits(msg)
     assert "no GPU readings" in rs.gpus_message(v)["text"]
@@ -180,25 +182,31 @@ def test_headlines_and_facts_from_the_log_are_escaped():
     v = Verdict(run="x", phase=Phase.CRASHED, level=Level.CRIT, headline="crashed — ValueError: <!channel> & <@U1>",
                 crash=Crash("traceback", "ValueError", "<!subteam^S1> token=abcdef123456"))
     msg = rs.status_message(v, "x")
-    assert msg["text"].splitlines()[0] == "crashed — ValueError: &lt;!channel&gt; &amp; &lt;@U1&gt;"
+    assert msg["text"].splitlines()[0] == "x: crashed — ValueError: &lt;!channel&gt; &amp; &lt;@U1&gt;"
     assert_safe(msg)
 
 
 # -- narrow and within limits ---------------------------------------------------------------
 
 
-def test_code_rows_fit_a_phone():
-    lines = ["short", "y" * 500, "日本語のログ行" * 20, "a\tb\tc", "word " * 40]
+def test_tail_lines_are_whole_rows_for_slack_to_wrap_and_very_long_ones_are_cut():
+    step = "step=2 loss=1.9 tok/s=110 grad_norm=0.25 lr=3e-4 epoch=1 elapsed=00:10:05 mem=31.2GiB"  # > 45 columns
+    lines = ["short", step, "y" * 500, "日本語のログ行" * 20, "a\tb\tc", "word " * 60]
     v = verdict_of("\n".join(lines) + "\n")
-    msg = rs.tail_message(v, 10)
-    rows = code_rows(msg)
-    assert rows and all(width(r) <= rs.CODE_WIDTH for r in rows)
-    assert sum(r.endswith("…") for r in rows) >= 2  # the long lines were cut after ROWS_PER_LINE rows
+    rows = code_rows(rs.tail_message(v, 10))
+    assert rows == [
+        "short", step,  # not hard-wrapped at a phone's 45 columns: one row, copied whole
+        "y" * (rs.LINE_COLS - 1) + "…",  # cut with an ellipsis, never wrapped onto continuation rows
+        ("日本語のログ行" * 20)[: (rs.LINE_COLS - 1) // 2] + "…",  # wide characters count two columns
+        "a   b   c",
+        ("word " * 60)[: rs.LINE_COLS - 1].rstrip() + "…",
+    ]
+    assert all(width(r) <= rs.LINE_COLS for r in rows)
 
 
-def test_wrap_breaks_at_spaces_and_marks_continuations():
-    rows = rs.wrap("step=2 loss=1.9 tok/s=110 grad_norm=0.25 lr=3e-4 epoch=1")
-    assert rows == ["step=2 loss=1.9 tok/s=110 grad_norm=0.25", "  lr=3e-4 epoch=1"]
+def test_clip_keeps_a_line_that_fits_and_cuts_one_that_does_not():
+    assert rs.clip("x" * 10, 10) == "x" * 10
+    assert rs.clip("x" * 11, 10) == "x" * 9 + "…"
 
 
 def test_gpu_rows_have_a_sparkline_and_fit():
@@ -206,7 +214,7 @@ def test_gpu_rows_have_a_sparkline_and_fit():
     msg = rs.gpus_message(v, "dflash")
     rows = code_rows(msg)
     assert rows[0] == "target:"
-    assert re.match(r" 0 busy +30 ?/140 GB +█████$", rows[1]) or "busy" in rows[1]
+    assert rows[1] == " 0 busy        30/140 GiB █████"  # five readings, all busy
     assert any("drafter" in r for r in rows) and any("idle" in r and "▁▁▁▁▁" in r for r in rows)
     assert all(width(r) <= rs.CODE_WIDTH for r in rows)
     assert "target 0–1 busy" in msg["text"]
@@ -216,8 +224,8 @@ def test_gpu_rows_from_the_drivers_window_show_avg_and_range_and_say_where_they_
     gpus = gpu_section([[(0, 31000, 75), (1, 30000, 100), (2, 18000, 0)]], bus_ids=True)
     window = gpu_window([(0, 99, 0, 49), (1, 99, 98, 98), (2, 0, 0, 0)])
     msg = rs.gpus_message(diagnose(evidence("step=1 loss=2\n", gpus=gpus, window=window), RUN), "dflash")
-    assert code_rows(msg) == ["target:", " 0 oscillating 30/140 GB  avg 49 · 0–99", " 1 busy        29/140 GB  avg 98 · 98–99",
-                              "drafter:", " 2 idle        18/140 GB  avg 0 · 0–0"]
+    assert code_rows(msg) == ["target:", " 0 oscillating 30/140 GiB avg 49 · 0–99", " 1 busy        29/140 GiB avg 98 · 98–99",
+                              "drafter:", " 2 idle        18/140 GiB avg 0 · 0–0"]
     assert all(width(r) <= rs.CODE_WIDTH for r in code_rows(msg))
     assert "util from driver window 14 s, 71 samples" in msg["text"]
     assert "util from 5 readings over 1 s" in rs.gpus_message(verdict_of("step=1 loss=2\n"))["text"]
@@ -243,7 +251,7 @@ def test_any_tail_stays_within_slacks_limits(lines, n):
     v = Verdict(run="r", phase=Phase.TRAINING, level=Level.OK, headline="step 1", tail=tail)
     msg = rs.tail_message(v, n)
     assert_within_limits(msg)
-    assert all(width(r) <= rs.CODE_WIDTH for r in code_rows(msg))
+    assert all(width(r) <= rs.LINE_COLS for r in code_rows(msg))
     for text in texts(msg):
         assert "<" not in text and ">" not in text
 
@@ -274,16 +282,46 @@ def test_runs_message_puts_the_worst_first():
     bad = unreachable(RUN, "cannot reach pve1", "unreachable")
     msg = rs.runs_message([("llama", ok), ("dflash", bad)])
     assert msg["text"].splitlines()[0] == "dflash: cannot reach pve1"
-    assert msg["blocks"][0]["text"]["text"].splitlines()[0].startswith(f"{rs.LEVEL_EMOJI[Level.CRIT]} *dflash*")
+    assert msg["blocks"][0]["text"]["text"].splitlines()[0].startswith(f"{rs.LEVEL_EMOJI[Level.CRIT]} *dflash*: ")
     assert "2 runs" in msg["blocks"][-1]["elements"][0]["text"]
     assert rs.runs_message([])["text"] == "no runs configured"
 
 
-def test_many_runs_fit():
+def test_runs_message_and_runbot_runs_share_one_order():
+    from bot.render import text as render_text
+
+    ok, bad = verdict_of("step=5 loss=1\n"), unreachable(RUN, "cannot reach pve1", "unreachable")
+    rows = [("llama", ok), ("eagle", bad), ("alpaca", ok), ("dflash", bad)]
+    slack_order = [line.split(":")[0] for line in rs.runs_message(rows)["text"].splitlines()]
+    text_order = [line.split()[0] for line in render_text.runs(rows).splitlines()]
+    assert slack_order == text_order == ["dflash", "eagle", "alpaca", "llama"]
+
+
+def test_many_runs_fit_and_say_how_many_were_not_shown():
     v = verdict_of("step=5 loss=1\n")
     msg = rs.runs_message([(f"run-{i:03d}", replace(v, headline="x" * 300)) for i in range(300)])
     assert_within_limits(msg)
-    assert any("left out" in t for t in texts(msg))
+    note = next(t for t in texts(msg) if "not shown" in t)
+    shown = sum(t.count("*run-") for t in texts(msg)[1:])
+    assert note.startswith(f"… {300 - shown} more not shown") and shown >= rs.MAX_RUN_BUTTONS
+    assert msg["blocks"][-1]["elements"][0]["text"].startswith("300 runs · ")  # the tally is never what is cut
+
+
+def test_each_run_in_the_list_has_its_status_button():
+    ok, bad = verdict_of("step=5 loss=1\n"), unreachable(RUN, "cannot reach pve1", "unreachable")
+    msg = rs.runs_message([("llama", ok), ("dflash", bad)])
+    rows = [b for b in msg["blocks"] if b["type"] == "section"]
+    assert [(b["accessory"]["action_id"], b["accessory"]["value"]) for b in rows] == [
+        (rs.ACTION_STATUS, "dflash"), (rs.ACTION_STATUS, "llama")]
+    assert rows[0]["text"]["text"] == f"{rs.LEVEL_EMOJI[Level.CRIT]} *dflash*: cannot reach pve1"
+
+
+def test_past_the_button_rows_runs_are_plain_lines():
+    v = verdict_of("step=5 loss=1\n")
+    msg = rs.runs_message([(f"r{i:02d}", v) for i in range(rs.MAX_RUN_BUTTONS + 5)])
+    assert_within_limits(msg)
+    assert sum("accessory" in b for b in msg["blocks"]) == rs.MAX_RUN_BUTTONS
+    assert "*r44*" in "\n".join(texts(msg)) and not any("not shown" in t for t in texts(msg))
 
 
 def test_help_lists_what_is_registered():
@@ -306,3 +344,81 @@ def test_builder_url_round_trips_the_blocks():
 def test_render_slack_is_pure():
     source = Path(rs.__file__).read_text()
     assert "slack_sdk" not in source and "slack_bolt" not in source and "import asyncio" not in source
+
+
+def test_a_tail_says_whether_its_log_is_missing_unreadable_or_empty():
+    from bot.core.verdict import Concern, Worry
+
+    missing = Verdict(run="r", phase=Phase.NO_LOG, level=Level.CRIT, headline="log not found: /x.log",
+                      concerns=(Concern(Worry.NO_LOG),))
+    unreadable = replace(missing, headline="cannot read the log: permission denied", concerns=(Concern(Worry.UNREADABLE),))
+    empty = Verdict(run="r", phase=Phase.STARTING, level=Level.NOTE, headline="no output yet (importing?)")
+    from bot.render import text as render_text
+
+    for v, note in ((missing, "(the log does not exist)"), (unreadable, "(the log cannot be read)"), (empty, "(the log is empty)")):
+        assert note in rs.tail_message(v, 20)["text"].splitlines()
+        assert render_text.tail(v, 20).splitlines()[1] == f"  {note}"
+
+
+# -- on a phone: each fact once, a short writer line, the run named first (issue 15) -------------
+
+THREAD_DEATH = (
+    "step=10 loss=2.5 tok/s=14000\n"
+    "Exception in thread drafter-1:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/workspace/train.py", line 40, in run\n'
+    '    raise RuntimeError("drafter lost its queue")\n'
+    "RuntimeError: drafter lost its queue\n"
+    "step=12 loss=2.4 tok/s=14100\n"
+)
+
+
+def rows_of(msg: dict) -> dict[str, str]:
+    """The evidence section's rows, label -> text."""
+    block = msg["blocks"][1]["text"]["text"]
+    return {line.split("*")[1]: line.split("*  ", 1)[1] for line in block.splitlines()}
+
+
+def test_a_thread_death_says_its_error_and_progress_once():
+    v = verdict_of(THREAD_DEATH)
+    msg = rs.status_message(v, "dflash")
+    assert v.headline.startswith("training, but thread drafter-1 died: RuntimeError: drafter lost its queue — step 12")
+    said = "\n".join(texts(msg))
+    assert said.count("drafter lost its queue") == 2  # the text's first line and the first block's, nothing more
+    assert "thread" not in rows_of(msg) and "progress" not in rows_of(msg)
+
+
+def test_a_crash_shows_its_error_row_only_when_it_says_more_than_the_headline():
+    short = verdict_of("step=3 loss=2\nTraceback (most recent call last):\nKeyError: 'labels'\n", writers=())
+    assert short.headline.startswith("crashed — KeyError: 'labels' at step 3")
+    assert "error" not in rows_of(rs.status_message(short, "dflash"))
+    assert rows_of(rs.status_message(short, "dflash"))["progress"] == "loss 2"  # "at step 3" is the headline's
+    long_message = "CUDA out of memory. Tried to allocate 372.53 GiB. GPU 0 has a total capacity of 139.8 GiB of which 1.2 GiB is free."
+    long = verdict_of(f"step=3 loss=2\nTraceback (most recent call last):\ntorch.OutOfMemoryError: {long_message}\n", writers=())
+    error = rows_of(rs.status_message(long, "dflash"))["error"]
+    assert "1.2 GiB is free" in error and "1.2 GiB is free" not in long.headline
+
+
+def test_a_silent_run_names_its_gpus_once():
+    idle = gpu_section([[(0, 31000, 0), (1, 30000, 0), (2, 18000, 0)]] * 5)
+    v = diagnose(evidence("step=12 loss=2.4 tok/s=14100\n", age=1800, gpus=idle), RUN)
+    assert v.phase is Phase.SILENT and v.headline.endswith("; target 0–1 idle (memory held) · drafter 2 idle (memory held)")
+    assert "GPUs" not in rows_of(rs.status_message(v, "dflash"))
+
+
+def test_the_writer_line_is_the_script_and_its_arguments():
+    command = "/opt/conda/envs/train/bin/python3.11 -u /home/alice/projects/dflash/job.py --config /home/alice/projects/dflash/run.yaml"
+    v = verdict_of("step=1 loss=2\n", writers=((29728, 130, command),))
+    assert rows_of(rs.status_message(v, "dflash"))["writer"] == "pid 29728 · up 2 min · job.py --config run.yaml"
+
+
+@pytest.mark.parametrize("make", [
+    lambda v: rs.status_message(v, "dflash"), lambda v: rs.gpus_message(v, "dflash"), lambda v: rs.tail_message(v, 20, "dflash"),
+])
+def test_every_answers_notification_text_leads_with_the_run(make):
+    v = verdict_of("step=2220 loss=2.31 tok/s=14100\n")
+    msg = make(v)
+    assert msg["text"].startswith("dflash: step 2220 · 14.1K tok/s · ")
+    assert msg["blocks"][0]["text"]["text"].startswith(f"{rs.LEVEL_EMOJI[v.level]} *dflash*: step 2220 · ")
+    about = next(b for b in msg["blocks"] if b["type"] == "context")
+    assert "dflash" not in about["elements"][0]["text"]  # the run is named once, first

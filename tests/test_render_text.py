@@ -6,6 +6,7 @@ import pytest
 
 from bot.render import text as render_text
 from bot.core.diagnose import diagnose
+from bot.core.verdict import Level, Phase, Verdict
 from config.registry import Run
 from tests.builders import KEY_BODY, KEY_LOGS, evidence, gpu_section, gpu_window
 
@@ -41,10 +42,10 @@ def test_gpus_from_the_drivers_window_say_so_and_show_avg_min_max_and_now():
         "  target 0 oscillating · drafter 1 idle (memory held)",
         "  util from driver window 14 s, 71 samples",
         "  target (0)",
-        "    GPU 0: oscillating 31 GB/140 GB     util % avg 49 · 0–99 · now 75",
+        "    GPU 0: oscillating 31/140 GiB       util % avg 49 · 0–99 · now 75",
         "  drafter (1)",
-        "    GPU 1: idle        18 GB/140 GB     util % avg 0 · 0–0 · now 0",
-        "  ! drafter GPU 1 idle with 18 GB held",
+        "    GPU 1: idle        18/140 GiB       util % avg 0 · 0–0 · now 0",
+        "  ! drafter GPU 1 idle with 18 GiB held",
     ]
 
 
@@ -54,4 +55,18 @@ def test_gpus_from_readings_say_how_many_and_why_not_the_window():
     v = diagnose(evidence("step=1 loss=2.0\n", gpus=gpus, window=na), RUN)
     out = render_text.gpus(v).splitlines()
     assert out[2] == "  util from 3 readings over 0.5 s (driver window: absurd duration)"
-    assert out[-1] == "    GPU 0: busy        31 GB/140 GB     util % 100 0 100"
+    assert out[-1] == "    GPU 0: busy        31/140 GiB       util % 100 0 100"
+
+
+def test_runs_are_listed_worst_first_then_by_name_with_levels_in_one_casing():
+    def v(level):
+        return Verdict(run="x", phase=Phase.TRAINING, level=level, headline=f"{level.name} line")
+
+    out = render_text.runs([("zeta", v(Level.OK)), ("Beta", v(Level.CRIT)), ("alpha", v(Level.CRIT)),
+                            ("gamma", v(Level.WARN)), ("delta", v(Level.NOTE))])
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["alpha", "crit"], ["Beta", "crit"], ["gamma", "warn"], ["delta", "note"], ["zeta", "ok"]]
+
+
+def test_a_level_has_one_spelling():
+    assert [lvl.word for lvl in Level] == ["ok", "note", "warn", "crit"]

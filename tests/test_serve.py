@@ -127,7 +127,7 @@ def test_runbot_serve_http_mode_end_to_end(tmp_path, slack):
         assert status == 200 and time.monotonic() - started < 2.0
         answer = slack.wait_for(lambda: slack.responses_to("e2e"))[0]
         assert answer["response_type"] == "in_channel"
-        assert answer["text"].splitlines()[0].startswith("step 42 · 14.2K tok/s · loss 2.21")
+        assert answer["text"].splitlines()[0].startswith("dflash: step 42 · 14.2K tok/s · loss 2.21")
         forged = post(url, body, sign(body, secret="wrong"))
         assert forged[0] == 401
     finally:
@@ -155,7 +155,7 @@ def test_sigterm_lets_answers_in_flight_go_out(tmp_path, slack):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert slack.responses_to("late")[0]["text"].startswith("step 42")
+    assert slack.responses_to("late")[0]["text"].startswith("dflash: step 42")
 
 
 def test_serve_without_a_signing_secret_says_so(tmp_path, slack):
@@ -166,6 +166,32 @@ def test_serve_without_a_signing_secret_says_so(tmp_path, slack):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert "SLACK_SIGNING_SECRET" in err and "Socket Mode" in err
+
+
+def test_serve_with_the_bot_token_as_app_token_refuses_before_asking_slack(tmp_path, slack):
+    setup_run(tmp_path)
+    proc = start_serve(tmp_path, serve_env(tmp_path, slack, free_port(), SLACK_APP_TOKEN=BOT_TOKEN))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "SLACK_APP_TOKEN: is the bot token" in err and BOT_TOKEN not in err
+    assert not slack.calls  # refused locally: no auth.test, no apps.connections.open
+
+
+def test_serve_logs_at_runbot_log_level(tmp_path, slack):
+    setup_run(tmp_path)
+    port = free_port()
+    proc = start_serve(tmp_path, serve_env(tmp_path, slack, port, RUNBOT_LOG_LEVEL="warning"))
+    try:
+        deadline = time.monotonic() + 20
+        while not healthy(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert healthy(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    events = [json.loads(line).get("event") for line in err.splitlines() if line.startswith("{")]
+    assert "ready" not in events and "stopped" not in events  # info records, below the level asked for
 
 
 def test_serve_on_a_busy_port_says_so(tmp_path, slack):
@@ -239,7 +265,7 @@ async def test_socket_mode_answers_commands_and_buttons(tmp_path, slack):
         ack = await slack.until(lambda: [m for m in slack.socket_received if m.get("envelope_id") == envelope["envelope_id"]])
         assert ack[0]["envelope_id"] == envelope["envelope_id"]
         answer = (await slack.until(lambda: slack.responses_to("sock")))[0]
-        assert answer["text"].startswith("step 42")
+        assert answer["text"].startswith("dflash: step 42")
         slack.socket_send(action_envelope("runbot.gpus", "dflash", response_url=slack.response_url("sock-click")))
         update = (await slack.until(lambda: slack.posts("chat.update")))[0]
         assert "target:" in json.dumps(update["blocks"])
@@ -268,7 +294,7 @@ def test_preview_prints_block_kit_and_a_builder_link(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     blocks_json, link = out.rsplit("\n\n", 1)
     message = json.loads(blocks_json)
-    assert message["text"].splitlines()[0].startswith("step 42")
+    assert message["text"].splitlines()[0].startswith("dflash: step 42")
     assert "&lt;!channel&gt;" not in blocks_json  # status shows no tail
     link = link.strip()
     assert link.startswith("https://app.slack.com/block-kit-builder/#")

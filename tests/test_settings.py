@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from config.registry import ConfigError
-from config.settings import Settings, config_path, load_settings
+import logging
+
+from config.settings import Settings, check_tokens, config_path, load_settings
 
 VARIABLES = [
     "RUNBOT_CONFIG",
@@ -17,6 +19,7 @@ VARIABLES = [
     "SLACK_SIGNING_SECRET",
     "SLACK_API_BASE_URL",
     "PORT",
+    "RUNBOT_LOG_LEVEL",
 ]
 
 
@@ -136,3 +139,52 @@ def test_config_path(
     if env is not None:
         monkeypatch.setenv("RUNBOT_CONFIG", env)
     assert config_path(cli, Settings()) == expected
+
+
+# -- the log level (issue 15 #11) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("typed, level", [("debug", logging.DEBUG), ("INFO", logging.INFO), (" Warning ", logging.WARNING),
+                                          ("error", logging.ERROR)])
+def test_runbot_log_level_sets_the_level_in_any_case(monkeypatch: pytest.MonkeyPatch, typed: str, level: int) -> None:
+    monkeypatch.setenv("RUNBOT_LOG_LEVEL", typed)
+    settings = load_settings()
+    assert settings.log_level(logging.CRITICAL) == level
+    assert settings.log_level(logging.CRITICAL, verbose=True) == logging.DEBUG  # --verbose wins
+
+
+def test_without_runbot_log_level_the_commands_default_holds() -> None:
+    assert Settings().log_level(logging.WARNING) == logging.WARNING
+
+
+def test_a_bad_runbot_log_level_is_one_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNBOT_LOG_LEVEL", "loud")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value).startswith("environment: RUNBOT_LOG_LEVEL: ") and "'debug'" in str(caught.value)
+
+
+# -- the tokens' shapes, checked before Slack is asked (issue 15 #11) ----------------------------
+
+BOT, APP = "xoxb-1111-2222-abcdefSECRET", "xapp-1-A111-222-abcdefSECRET"
+
+
+@pytest.mark.parametrize("bot, app", [(BOT, APP), (BOT, None), ("xoxe.xoxb-1-rotatedSECRET", APP), (None, None)])
+def test_tokens_of_the_right_kinds_pass(bot, app) -> None:
+    check_tokens(Settings(_env_file=None, slack_bot_token=bot, slack_app_token=app))
+
+
+@pytest.mark.parametrize("bot, app, name, says", [
+    (BOT, BOT, "SLACK_APP_TOKEN", "is the bot token (xoxb-…): Socket Mode needs an app-level token, xapp-…"),
+    (BOT, "xoxp-1-userSECRET", "SLACK_APP_TOKEN", "is not an app-level token"),
+    (BOT, "abcdefSECRET", "SLACK_APP_TOKEN", "is not an app-level token"),
+    (APP, APP, "SLACK_BOT_TOKEN", "is an app-level token (xapp-…): the bot token starts xoxb-"),
+    (BOT, APP + "\n", "SLACK_APP_TOKEN", "holds a space or a line break"),
+    (" " + BOT, APP, "SLACK_BOT_TOKEN", "holds a space or a line break"),
+])
+def test_a_token_of_the_wrong_kind_is_one_line_naming_the_variable(bot, app, name, says) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_tokens(Settings(_env_file=None, slack_bot_token=bot, slack_app_token=app))
+    message = str(caught.value)
+    assert message.startswith(f"environment: {name}: ") and says in message
+    assert "SECRET" not in message and len(message.splitlines()) == 1  # a token is never echoed

@@ -156,16 +156,16 @@ async def test_the_ack_comes_at_once_whatever_the_probe_takes(make_bot):
         started = time.monotonic()
         answer = await bot.answer(name)
         assert time.monotonic() - started > 1.0  # the answer came later, through response_url
-        assert lines(answer)[0].startswith("step 2 · 910 tok/s")
+        assert lines(answer)[0].startswith("dflash: step 2 · 910 tok/s")
 
 
 async def test_status_answers_with_the_verdict_first(make_bot, stub):
     async with make_bot() as bot:
         answer = await bot.ask("status dflash")
     assert answer["response_type"] == "ephemeral"
-    assert lines(answer)[0].startswith("step 2 · 910 tok/s · loss 2.4 · ")
-    assert answer["blocks"][0]["text"]["text"].startswith(":large_green_circle: step 2")
-    assert "dflash · training · local · " in answer["text"]
+    assert lines(answer)[0].startswith("dflash: step 2 · 910 tok/s · loss 2.4 · ")
+    assert answer["blocks"][0]["text"]["text"].startswith(":large_green_circle: *dflash*: step 2")
+    assert "\ntraining · local · " in answer["text"]  # the phase and where, the run named once (first)
     assert [e["action_id"] for e in answer["blocks"][-1]["elements"]] == ["runbot.refresh", "runbot.tail", "runbot.gpus"]
     assert stub.posts("auth.test")  # Bolt checked the token against the stand-in, nowhere else
 
@@ -174,7 +174,7 @@ async def test_a_prefix_names_the_run_and_here_posts_in_the_channel(make_bot):
     async with make_bot() as bot:
         answer = await bot.ask("status ll here")
     assert answer["response_type"] == "in_channel"
-    assert "llama-7b · training" in answer["text"]
+    assert answer["text"].startswith("llama-7b: ") and "\ntraining · local · " in answer["text"]
 
 
 async def test_gpus_answer(make_bot):
@@ -192,6 +192,25 @@ async def test_tail_answer_with_and_without_n(make_bot):
     code = [b["text"]["text"] for b in two["blocks"] if b["type"] == "section" and b["text"]["text"].startswith("```")]
     assert len(code) == 1 and "green done" in code[0] and "step=1 " not in code[0]
     assert "step=1 loss=2.5" in all_text(default)
+
+
+@pytest.mark.parametrize("text", ["tail dflash -n 2", "tail dflash -n2", "tail dflash --lines=2", "tail -n 2 dflash"])
+async def test_tail_takes_n_as_an_option_too_as_the_cli_does(make_bot, text):
+    async with make_bot() as bot:
+        by_word = await bot.ask("tail dflash 2")
+        by_option = await bot.ask(text)
+    assert by_option["blocks"][1:] == by_word["blocks"][1:] and "```" in all_text(by_option)
+
+
+async def test_the_status_button_in_the_runs_list_answers_beside_the_list(make_bot, stub):
+    async with make_bot() as bot:
+        listing = await bot.ask("runs")
+        button = next(b["accessory"] for b in listing["blocks"] if b.get("accessory", {}).get("value") == "dflash")
+        name, status = await bot.click(button["action_id"], button["value"])
+        answer = await bot.answer(name)
+    assert status == 200 and answer["replace_original"] is False and answer["response_type"] == "ephemeral"
+    assert lines(answer)[0].startswith("dflash: step 2") and "*writer*" in all_text(answer)
+    assert stub.posts("chat.update") == []  # the list stays, for the next run's button
 
 
 @pytest.mark.parametrize("text", ["", "runs", "here"])
@@ -218,6 +237,9 @@ async def test_help_and_unknown_subcommands(make_bot):
     ("tail dflash 20 extra", "usage: /run tail RUN [N]"),
     ("tail dflash lots", "usage: /run tail RUN [N]"),
     ("tail dflash 0", "usage: /run tail RUN [N]"),
+    ("tail dflash -n", "usage: /run tail RUN [N]"),
+    ("tail dflash -n 0", "usage: /run tail RUN [N]"),
+    ("tail dflash 5 -n 5", "usage: /run tail RUN [N]"),
     ("status", "usage: /run status RUN"),
     ("status dflash now", "usage: /run status RUN"),
     ("runs all", "usage: /run runs"),
@@ -250,7 +272,7 @@ async def test_a_user_outside_access_is_refused_and_nothing_runs(make_bot, caplo
         wrong_channel = await bot.ask("status dflash", channel="C0OTHER")
         assert lines(wrong_channel)[0].startswith("not allowed")
         assert bot.probes == 0
-        assert lines(await bot.ask("status dflash"))[0].startswith("step 2")
+        assert lines(await bot.ask("status dflash"))[0].startswith("dflash: step 2")
     outcomes = [r.runbot["outcome"] for r in caplog.records if getattr(r, "runbot", {}).get("event") == "command"]
     assert outcomes == ["refused"] * 5 + ["ok"]
 
@@ -258,7 +280,7 @@ async def test_a_user_outside_access_is_refused_and_nothing_runs(make_bot, caplo
 async def test_a_runs_own_lists_replace_the_global_ones(make_bot):
     access = '[access]\nusers = ["U0ALICE"]'
     async with make_bot(access=access, dflash_extra='users = ["U0BOB"]') as bot:
-        assert lines(await bot.ask("status dflash", user="U0BOB"))[0].startswith("step 2")
+        assert lines(await bot.ask("status dflash", user="U0BOB"))[0].startswith("dflash: step 2")
         # A run the user may not see is answered exactly as one that does not exist (issue 9.5).
         assert lines(await bot.ask("status llama", user="U0BOB"))[0] == 'unknown run "llama" (known: dflash)'
         assert lines(await bot.ask("status dflash"))[0] == 'unknown run "dflash" (known: llama-7b)'  # Alice
@@ -280,7 +302,7 @@ async def test_hidden_runs_leak_through_no_answer(make_bot):
             assert seen == other.replace(absent, hidden), template.format(hidden)
         assert bot.probes == 0
         # Over all runs "status " + "d" or "l" would differ; over Bob's runs "d" is dflash itself.
-        assert lines(await bot.ask("status d", user="U0BOB"))[0].startswith("step 2")
+        assert lines(await bot.ask("status d", user="U0BOB"))[0].startswith("dflash: step 2")
 
 
 # -- requests that are not from Slack ------------------------------------------------------------
@@ -333,7 +355,7 @@ async def test_mentions_in_logs_are_escaped_and_tokens_redacted(make_bot):
 async def test_a_probe_that_times_out_answers_with_what_failed(make_bot):
     async with make_bot(bot_extra='probe_timeout = "1s"', smi_delay=5) as bot:
         answer = await bot.ask("status dflash")
-    assert lines(answer)[0] == "probe timed out after 1 s on this machine"
+    assert lines(answer)[0] == "dflash: probe timed out after 1 s on this machine"
     assert answer["blocks"][0]["text"]["text"].startswith(":red_circle:")
 
 
@@ -344,7 +366,7 @@ async def test_a_probe_that_raises_answers_with_the_error_not_a_trace(make_bot, 
 
         monkeypatch.setattr(bot.services.targets, "runner_for", broken)
         answer = await bot.ask("status dflash")
-    assert lines(answer)[0] == "the probe failed: RuntimeError: ssh pool exploded &lt;!channel&gt;"
+    assert lines(answer)[0] == "dflash: the probe failed: RuntimeError: ssh pool exploded &lt;!channel&gt;"
     assert "Traceback" not in all_text(answer)
 
 
@@ -353,7 +375,7 @@ async def test_a_rate_limited_response_url_is_retried(make_bot, stub):
         await bot.ask("help")
         stub.rate_limit(times=1, retry_after=0, method="response_url")
         answer = await bot.ask("status dflash")
-    assert lines(answer)[0].startswith("step 2")
+    assert lines(answer)[0].startswith("dflash: step 2")
 
 
 # -- buttons ----------------------------------------------------------------------------------------
@@ -361,13 +383,13 @@ async def test_a_rate_limited_response_url_is_retried(make_bot, stub):
 
 async def test_refresh_on_a_channel_message_updates_it_with_chat_update(make_bot, stub):
     async with make_bot() as bot:
-        for action_id, marker in (("runbot.refresh", "*progress*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
+        for action_id, marker in (("runbot.refresh", "*writer*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
             before = len(stub.posts("chat.update"))  # counted before the click: a cached verdict answers at once
             _, status = await bot.click(action_id)
             assert status == 200
             update = (await stub.until(lambda b=before: len(stub.posts("chat.update")) > b and stub.posts("chat.update")))[-1]
             assert update["channel"] == "C0TEAM" and update["ts"] == "1796000042.000100"
-            assert update["text"].splitlines()[0].startswith("step 2")
+            assert update["text"].splitlines()[0].startswith("dflash: step 2")
             assert marker in json.dumps(update["blocks"], ensure_ascii=False)
         assert stub.responses == []
 
@@ -387,7 +409,7 @@ async def test_chat_update_failure_falls_back_to_response_url(make_bot, stub):
         stub.fail(status=500, times=1, method="chat.update")
         name, _ = await bot.click("runbot.refresh")
         answer = await bot.answer(name)
-    assert answer["replace_original"] is True and lines(answer)[0].startswith("step 2")
+    assert answer["replace_original"] is True and lines(answer)[0].startswith("dflash: step 2")
 
 
 async def test_a_rate_limited_chat_update_is_retried(make_bot, stub):
@@ -420,7 +442,7 @@ async def test_a_button_on_an_alert_answers_privately_and_leaves_the_alert_alone
     alert = parent("dflash", RunState(Status.OPEN, Concern(Worry.SILENT), seq=1, announced=True, opened_at=time.time(),
                                       headline="silent 12 min"), None, time.time())
     async with make_bot() as bot:
-        for action_id, marker in (("runbot.refresh", "*progress*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
+        for action_id, marker in (("runbot.refresh", "*writer*"), ("runbot.tail", "```"), ("runbot.gpus", "target:")):
             name = next(bot.names)
             payload = action_payload(action_id, "dflash", response_url=stub.response_url(name), channel_id="C0ALERTS",
                                      message_ts="1796000042.000100")
@@ -430,7 +452,7 @@ async def test_a_button_on_an_alert_answers_privately_and_leaves_the_alert_alone
             assert status == 200
             answer = await bot.answer(name)
             assert answer["response_type"] == "ephemeral" and answer["replace_original"] is False
-            assert lines(answer)[0].startswith("step 2") and marker in all_text(answer)
+            assert lines(answer)[0].startswith("dflash: step 2") and marker in all_text(answer)
     assert stub.posts("chat.update") == []  # the incident and its Mute button stay for everyone
 
 

@@ -113,7 +113,7 @@ async def test_the_lookup_does_not_trust_the_bots_clock(lab, stub, tmp_path, off
     posts = stub.posts("chat.postMessage")
     # The parent, the crash, its end-of-run summary: each once, whatever the bot's clock says.
     assert len(parents(stub)) == 1 and len(posts) == 3, [p["text"][:40] for p in posts]
-    assert "now crashed" in posts[1]["text"] and "alpha summary: crashed" in posts[2]["text"]
+    assert "now crashed" in posts[1]["text"] and "alpha: summary — crashed" in posts[2]["text"]
     await wd.stop()
 
 

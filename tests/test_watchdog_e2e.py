@@ -159,7 +159,7 @@ def test_serve_alerts_survive_kill_9_and_a_slack_outage(tmp_path):
             # The crash once, then the run's end-of-run summary once, last in the thread.
             crash = [t for t in replies if "crashed" in t and "summary" not in t]
             assert len(crash) == 1 and "OutOfMemoryError" in crash[0]
-            assert sum("dflash summary: crashed" in t for t in replies) == 1 and "summary" in replies[-1]
+            assert sum("dflash: summary — crashed" in t for t in replies) == 1 and "summary" in replies[-1]
             assert parents(stub) == [parent]  # one incident, one thread, start to end
         finally:
             code = bot.stop()

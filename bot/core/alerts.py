@@ -132,6 +132,8 @@ def decide(prev: RunState | None, seen: Seen, now: float, policy: Policy = Polic
     new, actions = _step(state, prev is None, problem, unsure, seen.finished, now, policy)
     new, actions = _flaps(new, actions, None if unsure else problem is not None, problem, seen.finished, now, policy)
     if new.muted(now):  # still probed and tracked; only edits, which ping nobody, go out
+        if any(isinstance(a, Post) for a in actions):  # a parent held back is not announced: it goes out unmuted
+            new = replace(new, announced=False)
         actions = [a for a in actions if isinstance(a, Update) and new.announced]
         new = replace(new, notified_at=state.notified_at)
     elif expired and not any(isinstance(a, Update) for a in actions):
@@ -213,7 +215,9 @@ def _flaps(s: RunState, actions: list[Action], bad: bool | None, problem: Concer
         if len(flips) < policy.flap_changes:
             return s, actions
         worst = problem or s.concern
-        if s.live:
+        # A thread to reply in exists only once its parent has gone out: a parent _step is posting in this
+        # very sweep (an incident opened while muted, told now) is not one yet, so the flapping one replaces it.
+        if s.live and not any(isinstance(a, Post) for a in actions):
             return replace(s, flapping=True, concern=worst, notified_at=now, changed_at=now), [Reply("flapping", worst), Update()]
         opened = replace(s, flapping=True, status=Status.OPEN, concern=worst, seq=s.seq + 1, announced=True,
                          opened_at=now, changed_at=now, notified_at=now, closed_at=None, healthy=0)
@@ -224,6 +228,8 @@ def _flaps(s: RunState, actions: list[Action], bad: bool | None, problem: Concer
             settled = replace(settled, status=Status.RESOLVED, closed_at=now, healthy=0)
         elif problem is not None:
             settled = replace(settled, status=Status.OPEN, concern=problem, closed_at=None, healthy=0)
+        if any(isinstance(a, Post) for a in actions):  # its parent goes out this sweep: that is the news
+            return settled, actions
         return settled, ([Reply("settled", problem), Update()] if settled.announced else [])
     # Still flapping: only a crash is news enough to tell (and it does not count as settling).
     crash = [a for a in actions if isinstance(a, Reply) and a.concern is not None and a.concern.severity >= CRASH_SEVERITY]

@@ -8,9 +8,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from bot.core import humanize as hz
 from bot.core.facts import GpuMethod, GpuReadings, GpuSample, UtilWindow, WindowGap
 from bot.core.gpu_window import bus_key, match, parse_utilization
-from bot.core.humanize import duration
+
 
 # One reading of utilization.gpu covers a fraction of a second, so a verdict needs several.
 # A GPU doing real work reads well above half; below that it waits more than it computes.
@@ -253,12 +254,6 @@ def format_indices(indices: Iterable[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
 
 
-def format_gb(mib: float) -> str:
-    """43747 MiB -> "43 GB": no decimals from 10 GB up, one below ("3.6 GB")."""
-    gb = mib / 1024
-    return f"{gb:.0f} GB" if gb >= 10 else f"{gb:.1f}".removesuffix(".0") + " GB"
-
-
 def util_words(g: GpuState, *, now: bool = True) -> str:
     """A GPU's utilisation as its answer row shows it: "avg 49 · 0–99 · now 75" from the window, else the readings."""
     if g.window is None:
@@ -270,8 +265,8 @@ def util_words(g: GpuState, *, now: bool = True) -> str:
 
 def _gb_range(mibs: Iterable[float]) -> str:
     values = sorted(mibs)
-    lo, hi = format_gb(values[0]), format_gb(values[-1])
-    return lo if lo == hi else f"{lo.removesuffix(' GB')}–{hi}"
+    lo, hi = values[0], values[-1]
+    return hz.gib(lo) if hz.gib(lo) == hz.gib(hi) else hz.gib(lo, hi, sep="–")
 
 
 @dataclass(frozen=True)
@@ -326,7 +321,7 @@ class GpuBasis:
 
 def _seconds(s: float | None) -> str:
     """Readings span about a second, so tenths matter there ("0.8 s"); a window is "14 s"."""
-    return duration(s) if s is None or s >= 9.95 else f"{s:.1f}".removesuffix(".0") + " s"
+    return hz.duration(s) if s is None or s >= 9.95 else f"{s:.1f}".removesuffix(".0") + " s"
 
 
 # Order and wording of class groups in summaries; idle splits on memory held.
@@ -467,7 +462,7 @@ def _findings(gpus: list[GpuState], roles: Sequence[tuple[str, tuple[int, ...]]]
             others = [m for s, m in members if s is not g]
             median = statistics.median(others) if others else 0.0
             if mib < UNEVEN_RATIO * median and median - mib >= UNEVEN_MIN_GAP_MIB:
-                uneven.append(f"{role} GPU {g.index} holds {format_gb(mib)}, its siblings "
+                uneven.append(f"{role} GPU {g.index} holds {hz.gib(mib)}, its siblings "
                               f"{_gb_range(others)}: model not loaded or its thread died?")
         # Idle with memory held: a process owns the GPU but does nothing (hung or dead worker).
         held = [(g.index, mib) for g, mib in members if g.cls == "idle" and g.holds_memory]

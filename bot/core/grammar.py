@@ -318,7 +318,8 @@ def prefilter_ere() -> str:
     units = sorted({u.split("/")[0] for u in RATE_UNITS if not u.startswith(("it/", "s/", "step"))} | {"tps", "wps", "tgs"})
     parts = [
         _ci("loss"), _ci("trl") + "[ \t]*[:=]",
-        "(" + "|".join(_ci(k) for k in keys) + ")[ \t]*['\"]?[ \t]*[:=[ \t]+[ \t]*[0-9]",
+        # a quoted key may touch its number: `"step"12` reads as step 12 to the parser
+        "(" + "|".join(_ci(k) for k in keys) + ")([ \t]*['\"]?[ \t]*[:=[ \t]+|['\"])[ \t]*[0-9]",
         "[0-9][ \t]*/[ \t]*[0-9]+[ \t]*[]|]",  # Megatron `8/ 20 |`, mmcv `[659/742]` (a tqdm frame has `131/851 [`)
         "[0-9][ \t]?(" + "|".join(_ci(u) for u in units) + ")[/]",
         "[0-9]+[ \t]?(" + "|".join(_ci(u) for u in ("tps", "wps", "tgs")) + ")",

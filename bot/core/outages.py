@@ -26,6 +26,11 @@ def host_key(host: str) -> str:
     return f"host {host}"
 
 
+def is_host_key(name: str) -> bool:
+    """Whether an incident's name is a host's (host_key), not a run's: a host has no run's buttons to press."""
+    return name.startswith("host ")
+
+
 def outage(host: str, verdicts: Sequence[Verdict]) -> Verdict | None:
     """The host's own verdict when all its runs' probes failed as a host failure, else None."""
     if len(verdicts) < HOST_GROUP_MIN or not all(

@@ -19,9 +19,20 @@ class Level(enum.IntEnum):
     WARN = 2  # degraded: a thread died, a GPU role idle, loss NaN
     CRIT = 3  # silent, crashed, stopped, unreachable, no log
 
+    @property
+    def word(self) -> str:
+        """"ok", "note", "warn", "crit": a level's one spelling wherever it is written out."""
+        return self.name.lower()
+
 
 def worst(levels: Iterable[Level]) -> Level:
     return max(levels, default=Level.OK)
+
+
+def worst_first(rows: Iterable[tuple[str, Verdict]]) -> list[tuple[str, Verdict]]:
+    """(run name, verdict) pairs in the one order every list of runs uses: the worst level first
+    (a notification then names it), then by name, so that a list reads the same each time."""
+    return sorted(rows, key=lambda row: (-row[1].level, row[0].casefold(), row[0]))
 
 
 class Phase(str, enum.Enum):
@@ -44,6 +55,13 @@ class Phase(str, enum.Enum):
 
 # Tail lengths users may ask for (CLI `tail -n`, Slack `/run tail RUN N`); a verdict keeps TAIL_MAX lines.
 TAIL_DEFAULT, TAIL_MAX = 20, 200
+
+
+def tail_lines(typed: str) -> int:
+    """A tail length as a user typed it ("50"), checked the one way the CLI and Slack share; ValueError says why not."""
+    if not (typed.isascii() and typed.isdigit() and len(typed) <= 4 and 1 <= int(typed) <= TAIL_MAX):
+        raise ValueError(f"N is a number of lines from 1 to {TAIL_MAX}, not {typed[:20]!r}")
+    return int(typed)
 
 # Phases that may be silent for `loading_grace` rather than `silence_after`.
 GRACE_PHASES = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.COMPILING, Phase.SAVING,
@@ -113,6 +131,18 @@ class Finding(str, enum.Enum):
     LOSS_SPIKE = "loss_spike"
 
 
+class Said(str, enum.Enum):
+    """A fact a headline already states, so the rows under it leave it out: each fact once on a phone."""
+
+    PROGRESS = "progress"  # the step, its rate and loss
+    COUNTER = "counter"  # only where the loop got to ("at step 1200", "last epoch 3")
+    LOSS = "loss"
+    ETA = "eta"
+    GPUS = "gpus"  # the GPUs' one-line summary
+    CRASH = "crash"  # what failed (the error row still shows when its longer form says more)
+    THREAD_CRASH = "thread_crash"
+
+
 @dataclass(frozen=True)
 class Found:
     """A finding and what it is about."""
@@ -164,6 +194,7 @@ class Verdict:
     tail: tuple[str, ...] = ()  # last lines of the log, bars collapsed, cleaned (not yet redacted)
     concerns: tuple[Concern, ...] = ()  # reasons for alerts, most important first
     problems: tuple[str, ...] = ()  # probe parts that failed
+    said: frozenset[Said | Finding] = frozenset()  # what the headline states (findings it names included)
     observed_at: float | None = None  # remote clock of the probe
     failure_kind: str | None = None  # set when the target could not be reached
 

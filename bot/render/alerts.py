@@ -14,11 +14,13 @@ from bot.render.slack import (
     context,
     cut,
     fit,
+    lead,
     safe,
     section,
     verdict_blocks,
 )
 from bot.core.history import Tally
+from bot.core.outages import is_host_key
 from bot.core.verdict import Concern, Phase, Verdict, Worry
 
 MUTE_FOR_S = 3600.0  # the alert's Mute button
@@ -78,17 +80,17 @@ def mute_note(state: RunState, now: float, tz: tzinfo | None = None) -> str:
     return f"muted until {slack_time(state.muted_until, tz)}{by}"  # type: ignore[arg-type]
 
 
-def _parent_line(run: str, state: RunState, now: float) -> str:
-    """The parent's first line: what the incident is now, in words (not yet escaped)."""
+def _parent_words(state: RunState, now: float) -> str:
+    """What the incident is now, in words (not yet escaped): what follows the run's name on the parent's first line."""
     head = " ".join(state.headline.split())
     if state.flapping:  # whatever the machine underneath says this sweep
-        return f"{run}: flapping — {_flap_words(state)}; now {head}"
+        return f"flapping — {_flap_words(state)}; now {head}"
     if state.status is Status.RESOLVED:
         took = hz.duration((state.closed_at or now) - (state.opened_at or now))
-        return f"{run} recovered after {took} ({concern_words(state.concern)}) — {head}"
+        return f"recovered after {took} ({concern_words(state.concern)}) — {head}"
     if state.status is Status.FINISHED:
-        return f"{run} {head}" if head.startswith("finished") else f"{run} finished — {head}"
-    return f"{run}: {head}"
+        return head if head.startswith("finished") else f"finished — {head}"
+    return head
 
 
 def _flap_words(state: RunState) -> str:
@@ -96,11 +98,12 @@ def _flap_words(state: RunState) -> str:
 
 
 def parent(run: str, state: RunState, verdict: Verdict | None, now: float, tz: tzinfo | None = None) -> dict:
-    """The incident's parent message as it should read now: {"text", "blocks"}; the text's first line is the verdict."""
-    line = f"{_emoji(state)} {cut(safe(_parent_line(run, state, now)), 1000)}"
-    blocks = [section(line)]
+    """The incident's parent message as it should read now: {"text", "blocks"}. Its text leads as every answer's
+    does, the run then the verdict (what a lock screen shows); the emoji is the block's."""
+    words = cut(safe(_parent_words(state, now)), 1000)
+    blocks = [section(lead(run, words, _emoji(state)))]
     if verdict is not None and (state.status in (Status.OPEN, Status.RECOVERING) or state.flapping):
-        blocks += verdict_blocks(verdict)[1:]  # the evidence; the line above already says the verdict
+        blocks += verdict_blocks(verdict, run)[1:]  # the evidence; the line above already says the verdict
     notes = []
     if state.opened_at is not None and state.status is not Status.FINISHED:
         notes.append(f"{safe(concern_words(state.concern))} since {slack_time(state.opened_at, tz)}")
@@ -111,28 +114,29 @@ def parent(run: str, state: RunState, verdict: Verdict | None, now: float, tz: t
         notes.append(muted)
     if notes:
         blocks.append(context(" · ".join(notes)))
-    if state.status is not Status.FINISHED:
+    if state.status is not Status.FINISHED and not is_host_key(run):
+        # A host's incident has no run to refresh, tail or mute: its buttons would answer "no longer configured".
         blocks.append(buttons(run, extra=(("Mute 1h", ACTION_MUTE),)))
-    return fit({"text": line + (f"\n{muted}" if muted else ""), "blocks": blocks})
+    return fit({"text": lead(run, words) + (f"\n{muted}" if muted else ""), "blocks": blocks})
 
 
 def reply(run: str, action: Reply, state: RunState, now: float) -> dict:
-    """A message in the incident's thread (no buttons: the parent has them)."""
+    """A message in the incident's thread (no buttons: the parent has them). The headline already names the
+    problem ("crashed — …"), so the reply adds only what is new: still, now, again, recovered."""
     head = cut(safe(" ".join(state.headline.split())), 1000)
-    what = safe(concern_words(action.concern))
     since = hz.duration(now - state.opened_at) if state.opened_at is not None else "?"
-    text = {
-        "still": f"{_emoji(state)} still {what} — open {since}: {head}",
-        "changed": f"{_emoji(state)} now {what}: {head}",
-        "reopened": f"{_emoji(state)} {what} again: {head}",
-        "recovered": f"{EMOJI['recovered']} recovered after {since}: {head}",
-        "finished": f"{EMOJI['finished']} {head}",
-        "flapping": f"{_emoji(state)} flapping — {safe(_flap_words(state))}: only how it settles (or a crash) "
-                    f"will be said here; now {head}",
-        "settled": (f"{EMOJI['recovered']} stopped flapping, healthy again: {head}" if action.concern is None
-                    else f"{_emoji(state)} stopped flapping, {what} now: {head}"),
-    }.get(action.note, head)
-    return {"text": text, "blocks": [section(text)]}
+    words, emoji = {
+        "still": (f"still, after {since}: {head}", _emoji(state)),
+        "changed": (f"now {head}", _emoji(state)),
+        "reopened": (f"reopened, {head}", _emoji(state)),
+        "recovered": (f"recovered after {since}: {head}", EMOJI["recovered"]),
+        "finished": (head, EMOJI["finished"]),
+        "flapping": (f"flapping — {safe(_flap_words(state))}: only how it settles (or a crash) will be said here; "
+                     f"now {head}", _emoji(state)),
+        "settled": ((f"stopped flapping, healthy again: {head}", EMOJI["recovered"]) if action.concern is None
+                    else (f"stopped flapping, now {head}", _emoji(state))),
+    }.get(action.note, (head, _emoji(state)))
+    return {"text": lead(run, words), "blocks": [section(lead(run, words, emoji))]}
 
 
 def message(run: str, action: Post | Reply, state: RunState, verdict: Verdict | None, now: float,
@@ -202,7 +206,7 @@ def watch_message(run: str, trail: tuple[str, ...], done: str | None, started: f
         "timeout": f"no first step after {hz.duration(now - started)} — stopped watching",
     }[done]
     line = f"{cut(safe(text), 2500)}{mark}"
-    return {"text": f"{safe(run)}: {line}", "blocks": [section(f"*{safe(run)}* {line}"), context(safe(status))]}
+    return {"text": lead(run, line), "blocks": [section(lead(run, line, ":eyes:")), context(safe(status))]}
 
 
 def watch_outcome(verdict: Verdict, started: float, now: float, limit: float) -> str | None:
@@ -240,5 +244,5 @@ def summary(run: str, tally: Tally | None, verdict: Verdict | None, incidents: i
         parts.append("no steps seen")
     parts.append({0: "no incidents"}.get(incidents, f"{incidents} incident{'s' if incidents != 1 else ''}")
                  + (" before it" if crashed else ""))
-    text = f"{EMOJI['crit' if crashed else 'finished']} {safe(run)} summary: " + " · ".join(safe(p) for p in parts)
-    return {"text": text, "blocks": [section(text)]}
+    words = "summary — " + " · ".join(safe(p) for p in parts)
+    return {"text": lead(run, words), "blocks": [section(lead(run, words, EMOJI["crit" if crashed else "finished"]))]}

@@ -9,10 +9,13 @@ from bot.core import humanize as hz
 from bot.core.ledger import Incident
 from bot.core.timeline import MAX_SPANS, Span
 from bot.render.alerts import EMOJI, concern_words
-from bot.render.slack import Message, _button, context, safe, section
+from bot.render.slack import Message, _button, lead, safe, section
 from bot.render.times import slack_time
 
 ACTION_PLOT = "runbot.plot"  # the chart buttons: value "RUN METRIC WINDOW_S"
+# Slack refuses a block whose buttons share an action_id (invalid_blocks): one per metric, all answered alike.
+CHART_METRICS = ("loss", "rate", "gpus")
+CHART_ACTIONS = tuple(f"{ACTION_PLOT}.{metric}" for metric in CHART_METRICS)
 MAX_INCIDENTS = 6
 
 
@@ -46,25 +49,24 @@ def _incident_line(i: Incident, now: float, tz: tzinfo | None) -> str:
 def history_message(run: str, spans: Sequence[Span], incidents: Sequence[Incident], now: float, window: float,
                     tz: tzinfo | None = None) -> Message:
     """The run's phases and incidents over the last `window` seconds, newest first, with chart buttons."""
-    head = f":scroll: *{safe(run)}* · last {hz.duration(window)}"
     if not spans and not incidents:
-        line = f"{head}: nothing remembered yet (runbot keeps what its probes see, from the first sweep on)"
-        return {"text": line, "blocks": [section(line)]}
+        words = f"nothing remembered of the last {hz.duration(window)} yet (runbot keeps what its probes see, from the first sweep on)"
+        return {"text": lead(run, words), "blocks": [section(lead(run, words, ":scroll:"))]}
     shown = list(reversed(spans))[:MAX_SPANS]
     lines = [_span_line(s, now, tz) for s in shown]
     if len(spans) > len(shown):
         lines.append(f"…and {len(spans) - len(shown)} earlier")
     told = list(reversed(incidents))[:MAX_INCIDENTS]
     problems = sum(1 for i in incidents if i.concern is not None)
-    blocks = [section(head), section("*phases*\n" + "\n".join(lines) if lines else "*phases*\nno probes in this window")]
+    first = shown[0] if shown else None
+    said = f"{first.phase.value} since {hz.duration(now - first.start)} ago" if first else "history"
+    gist = f"{safe(said)} · {problems or 'no'} incident{'s' if problems != 1 else ''} in {hz.duration(window)}"
+    blocks = [section(lead(run, gist, ":scroll:")),
+              section("*phases*\n" + "\n".join(lines) if lines else "*phases*\nno probes in this window")]
     if told:
         blocks.append(section("*incidents*\n" + "\n".join(_incident_line(i, now, tz) for i in told)))
-    blocks.append(context(f"{problems} incident{'s' if problems != 1 else ''} in this window" if problems else
-                          "no incidents in this window"))
     window_s = int(window)
     blocks.append({"type": "actions", "elements": [
-        _button(f"Chart {metric}", ACTION_PLOT, f"{run} {metric} {window_s}") for metric in ("loss", "rate", "gpus")]})
-    first = shown[0] if shown else None
-    text = f"{safe(run)}: " + (f"{first.phase.value} since {hz.duration(now - first.start)} ago" if first else "history")
-    text += f" · {problems} incident{'s' if problems != 1 else ''} in {hz.duration(window)}"
+        _button(f"Chart {metric}", action, f"{run} {metric} {window_s}") for metric, action in zip(CHART_METRICS, CHART_ACTIONS)]})
+    text = lead(run, gist)
     return {"text": text, "blocks": blocks}

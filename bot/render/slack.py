@@ -8,10 +8,12 @@ import unicodedata
 import urllib.parse
 from typing import Any, Iterable, Sequence
 
-from bot.core.gpus import GpuState, format_gb, util_words
+from bot.core import humanize as hz
+from bot.core.gpus import GpuState, util_words
 from bot.core.redact import printable, redact_lines, redact_secrets, slack_escape
-from bot.core.verdict import TAIL_DEFAULT, Level, Verdict
+from bot.core.verdict import TAIL_DEFAULT, Level, Verdict, worst_first
 from bot.render.facts import rows as fact_rows
+from bot.render.facts import tail_note
 from bot.render.times import clock, slack_time
 
 LEVEL_EMOJI = {Level.OK: ":large_green_circle:", Level.NOTE: ":large_blue_circle:",
@@ -28,12 +30,17 @@ MAX_TOTAL = 11_000
 MAX_TEXT = 3000
 # Slack cuts a message past 40,000 characters; stay well under it once JSON-encoded.
 MAX_ENCODED = 36_000
-CODE_WIDTH = 45  # a phone shows about this many monospace columns before wrapping
-ROWS_PER_LINE = 3  # a long log line keeps this many wrapped rows, then "…"
+CODE_WIDTH = 45  # a phone shows about this many monospace columns: GPU rows, a table, are made to fit it
+# A log line is shown whole, as one row Slack wraps to the screen (so it copies whole); past this many
+# columns (about four rows on a phone) it is cut with "…": nobody reads a 2,000-character line there.
+LINE_COLS = 180
 MAX_FACTS = 6
 FACT_CHARS = 200
 
 ACTION_REFRESH, ACTION_TAIL, ACTION_GPUS = "runbot.refresh", "runbot.tail", "runbot.gpus"
+ACTION_STATUS = "runbot.status"  # a run's Status button in /run runs: its status as a new answer, the list stays
+MAX_RUN_BUTTONS = 40  # /run runs: rows with a button (each its own block; Slack allows 50 a message)
+RUN_LINE_CHARS = 200
 ACTION_MUTE = "runbot.mute"  # reserved for the watchdog's alerts (value = run name)
 
 Message = dict[str, Any]  # {"text": str, "blocks": [...]}
@@ -89,6 +96,8 @@ def header(text: str) -> dict:
 
 
 def _cols(ch: str) -> int:
+    if unicodedata.category(ch) in ("Cf", "Mn"):  # zero-width: the joiners safe() adds, combining marks
+        return 0
     return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
 
 
@@ -102,66 +111,58 @@ def _fit_cols(text: str, width: int) -> str:
     return text
 
 
-def wrap(line: str, width: int = CODE_WIDTH, rows: int = ROWS_PER_LINE) -> list[str]:
-    """Wrap one cleaned line to `width` display columns, at a space when there is one late enough
-    in the row; continuation rows are indented two spaces; at most `rows` rows, the last ends "…"."""
-    out: list[str] = []
-    rest = line.expandtabs(4).rstrip()
-    while True:
-        lead = "  " if out else ""
-        take = _fit_cols(rest, width - len(lead))
-        if len(take) < len(rest):
-            space = take.rfind(" ")
-            if space >= len(take) // 2:
-                take = take[: space + 1]
-        if len(out) == rows - 1 and len(take) < len(rest):
-            out.append(lead + _fit_cols(rest, width - len(lead) - 1).rstrip() + "…")
-            return out
-        out.append(lead + take.rstrip())
-        rest = rest[len(take):]
-        if not rest:
-            return out
+def clip(line: str, cols: int) -> str:
+    """One cleaned line as one row of at most `cols` display columns, cut with "…" when longer."""
+    row = line.expandtabs(4).rstrip()
+    return row if len(_fit_cols(row, cols)) == len(row) else _fit_cols(row, cols - 1).rstrip() + "…"
 
 
-def _code_lines(cleaned: Iterable[str]) -> list[list[str]]:
-    """Each _cleaned line (redacted whole, before wrapping) wrapped, then escaped row by row."""
+def _code_lines(cleaned: Iterable[str], cols: int) -> list[str]:
+    """Each _cleaned line (redacted whole, before cutting) clipped to `cols`, then escaped."""
     # A ``` inside the text would close the fence: break it with a zero-width space.
-    return [[_escaped(row).replace("```", "``\u200b`") for row in wrap(line)] for line in cleaned]
+    return [_escaped(clip(line, cols)).replace("```", "``\u200b`") for line in cleaned]
 
 
-def code_sections(lines: Sequence[Sequence[str]], budget: int) -> tuple[list[dict], int]:
-    """Wrapped lines (each a list of rows) in ``` sections of at most MAX_SECTION characters,
-    keeping the *last* whole lines that fit `budget` characters in all. Returns the sections
-    and how many leading lines were left out."""
+def code_sections(rows: Sequence[str], budget: int) -> tuple[list[dict], int]:
+    """Rows in ``` sections of at most MAX_SECTION characters, keeping the *last* rows that fit
+    `budget` characters in all. Returns the sections and how many leading rows were left out."""
     fence = len("```\n\n```")
     chunks: list[list[str]] = []  # built from the end backwards
     size = total = 0
     kept = 0
-    for rows in reversed(lines):
-        cost = sum(len(r) + 1 for r in rows)
+    for row in reversed(rows):
+        cost = len(row) + 1
         new_chunk = not chunks or size + cost > MAX_SECTION - fence
         if total + cost + (fence if new_chunk else 0) > budget or cost > MAX_SECTION - fence:
             break
         if new_chunk:
             chunks.append([])
             size, total = 0, total + fence
-        chunks[-1][:0] = rows
+        chunks[-1].insert(0, row)
         size, total, kept = size + cost, total + cost, kept + 1
-    blocks = [section("```\n" + "\n".join(rows) + "\n```") for rows in reversed(chunks)]
-    return blocks, len(lines) - kept
+    blocks = [section("```\n" + "\n".join(chunk) + "\n```") for chunk in reversed(chunks)]
+    return blocks, len(rows) - kept
 
 
 # -- the building blocks the watchdog reuses ------------------------------------------------
 
 
 def verdict_line(v: Verdict) -> str:
-    """The verdict, safe, for the first line of a fallback text (no emoji: it is what phones show)."""
+    """The verdict, safe, on one line."""
     return cut(safe(" ".join(v.headline.split())) or v.phase.value, 1000)
 
 
-def verdict_blocks(v: Verdict, *, facts: bool = True, muted_until: float | None = None) -> list[dict]:
-    """The verdict with its status emoji, then a few short evidence lines and any probe problems."""
-    blocks = [section(f"{LEVEL_EMOJI[v.level]} {verdict_line(v)}")]
+def lead(run_name: str, said: str, emoji: str = "") -> str:
+    """The first line of every message about a run: the run, then what is said of it (`said` already safe).
+    Without an emoji it is a notification's text ("dflash: step 2220 · 14K tok/s · …", what a lock screen
+    shows); with one, a message's first block line, the run in bold."""
+    name = safe(run_name)
+    return f"{emoji} *{name}*: {said}" if emoji else f"{name}: {said}"
+
+
+def verdict_blocks(v: Verdict, run_name: str, *, facts: bool = True, muted_until: float | None = None) -> list[dict]:
+    """The run and its verdict with its status emoji, then a few short evidence lines and any probe problems."""
+    blocks = [section(lead(run_name, verdict_line(v), LEVEL_EMOJI[v.level]))]
     shown = fact_rows(v, muted_until=muted_until)[:MAX_FACTS] if facts else []
     if shown:
         # A row's time goes in after escaping: a Slack date token, each reader's own zone.
@@ -188,9 +189,9 @@ def _button(label: str, action_id: str, value: str) -> dict:
             "action_id": action_id, "value": value[:2000]}
 
 
-def _about(v: Verdict, run_name: str, where: str) -> dict:
-    bits = [f"*{safe(run_name)}*", safe(v.phase.value)] + ([safe(where)] if where else [])
-    return context(" · ".join(bits))
+def _about(v: Verdict, where: str) -> dict:
+    """The phase and where the run lives (its name leads the message already)."""
+    return context(" · ".join([safe(v.phase.value)] + ([safe(where)] if where else [])))
 
 
 def _message(text_lines: Iterable[str], blocks: list[dict]) -> Message:
@@ -235,20 +236,20 @@ def block_chars(block: dict) -> int:
 
 
 def status_message(v: Verdict, run_name: str, where: str = "", *, muted_until: float | None = None) -> Message:
-    """The /run status answer: verdict, evidence, where, buttons."""
-    text = [verdict_line(v), f"{run_name} · {v.phase.value}" + (f" · {where}" if where else "")]
+    """The /run status answer: run and verdict, evidence, where, buttons."""
+    text = [f"{v.phase.value}" + (f" · {where}" if where else "")]
     text += [f"{r.label}: {' '.join(r.text.split())}" + (f" {clock(r.at)}" if r.at is not None else "")
              for r in fact_rows(v, muted_until=muted_until)[:MAX_FACTS]]
     text += [f"problem: {p}" for p in v.problems[:5]]
-    return _message([text[0], *(safe(t) for t in text[1:])],
-                    [*verdict_blocks(v, muted_until=muted_until), _about(v, run_name, where), buttons(run_name)])
+    return _message([lead(run_name, verdict_line(v)), *(safe(t) for t in text)],
+                    [*verdict_blocks(v, run_name, muted_until=muted_until), _about(v, where), buttons(run_name)])
 
 
 def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Message:
     """The /run gpus answer: the role summary, then one short row per GPU with a sparkline of its samples."""
     name = run_name or v.run
-    blocks = verdict_blocks(v, facts=False)
-    text = [verdict_line(v)]
+    blocks = verdict_blocks(v, name, facts=False)
+    text = [lead(name, verdict_line(v))]
     report = v.gpu
     if report is None or not v.reached:
         note = "no GPU readings (the run could not be probed)"
@@ -271,9 +272,9 @@ def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Me
                 rows.append(f"{role or 'other'}:")
             rows += [_gpu_row(g) for g in members]
             placed.update(g.index for g in members)
-        code, _ = code_sections(_code_lines(_cleaned(rows)), MAX_TOTAL // 2)
+        code, _ = code_sections(_code_lines(_cleaned(rows), CODE_WIDTH), MAX_TOTAL // 2)
         blocks += code
-    blocks += [_about(v, name, where), buttons(name)]
+    blocks += [_about(v, where), buttons(name)]
     return _message(text, blocks)
 
 
@@ -281,13 +282,12 @@ _SPARK = "▁▂▃▄▅▆▇█"
 
 
 def _gpu_row(g: GpuState) -> str:
-    """' 0 busy        31/141 GB ▇█▇██' (a sparkline of the readings, up to ~20 fit CODE_WIDTH), or
-    ' 0 oscillating 0.9/140 GB avg 49 · 0–99' from the driver's window."""
+    """' 0 busy        31/141 GiB ▇█▇██' (a sparkline of the readings, up to ~20 fit CODE_WIDTH), or
+    ' 0 oscillating 0.9/140 GiB avg 49 · 0–99' from the driver's window."""
     if g.mem_used_mib is None:
         mem = "mem ?"
     else:
-        mem = format_gb(g.mem_used_mib).removesuffix(" GB")
-        mem += f"/{format_gb(g.mem_total_mib)}" if g.mem_total_mib else " GB"
+        mem = hz.gib(g.mem_used_mib, g.mem_total_mib) if g.mem_total_mib else hz.gib(g.mem_used_mib)
     if g.window is not None:
         util = util_words(g, now=False)
     else:
@@ -299,46 +299,59 @@ def _gpu_row(g: GpuState) -> str:
 def tail_message(v: Verdict, n: int = TAIL_DEFAULT, run_name: str | None = None) -> Message:
     """The /run tail answer: the verdict, then the last n lines, trimmed from the top to fit."""
     name = run_name or v.run
-    blocks = verdict_blocks(v, facts=False)
-    text = [verdict_line(v)]
+    blocks = verdict_blocks(v, name, facts=False)
+    text = [lead(name, verdict_line(v))]
     # Redact all the verdict keeps, then take n: the BEGIN line of a key may lie above the n.
     lines = _cleaned(v.tail)[-n:] if n > 0 and v.reached else []
-    if not v.reached:
-        pass  # the verdict says why there is no log
-    elif not lines:
-        blocks.append(section("_(the log is empty)_"))
-        text.append("(the log is empty)")
-    else:
+    if (note := tail_note(v, len(lines))) is not None:
+        blocks.append(section(f"_({note})_"))
+        text.append(f"({note})")
+    elif lines:
         budget = MAX_TOTAL - sum(map(block_chars, blocks)) - 600  # room for the note, context, buttons
-        code, dropped = code_sections(_code_lines(lines), budget)
+        code, dropped = code_sections(_code_lines(lines, LINE_COLS), budget)
         if dropped:
             blocks.append(context(f":scissors: {dropped} earlier line{'s' if dropped > 1 else ''} not shown "
                                   f"(Slack's size limit); newest at the bottom"))
         blocks += code
         text += [cut(_escaped(line), 300) for line in lines[-5:]]
-    blocks += [_about(v, name, ""), buttons(name)]
+    blocks += [_about(v, ""), buttons(name)]
     return _message(text, blocks)
 
 
 def runs_message(rows: Iterable[tuple[str, Verdict]]) -> Message:
-    """Every run with its one-line verdict, the worst first (so a notification names it)."""
-    rows = sorted(rows, key=lambda r: -r[1].level)  # stable: config order within a level
+    """Every run with its one-line verdict, the worst first (so a notification names it), each of the first
+    MAX_RUN_BUTTONS with a Status button; the rest as plain lines, as many as Slack's limits allow."""
+    rows = worst_first(rows)
     if not rows:
-        return _message(["no runs configured"], [section("no runs configured (see config/runs.example.toml)")])
-    lines = [f"{LEVEL_EMOJI[v.level]} *{safe(name)}* {cut(safe(' '.join(v.headline.split())), 200)}" for name, v in rows]
-    blocks, chunk = [], []
-    for line in lines:
-        if chunk and len("\n".join([*chunk, line])) > MAX_SECTION:
-            blocks.append(section("\n".join(chunk)))
-            chunk = []
-        chunk.append(line)
-    blocks.append(section("\n".join(chunk)))
-    counts = {}
+        return _message(["no runs configured"], [section("no runs configured (`runbot init` writes a commented example configuration)")])
+    counts: dict[Level, int] = {}
     for _, v in rows:
         counts[v.level] = counts.get(v.level, 0) + 1
     tally = " · ".join(f"{LEVEL_EMOJI[lvl]} {counts[lvl]}" for lvl in sorted(counts, reverse=True))
-    blocks.append(context(f"{len(rows)} run{'s' if len(rows) > 1 else ''} · {tally}"))
-    text = [f"{safe(name)}: {verdict_line(v)}" for name, v in rows]
+    footer = f"{len(rows)} run{'s' if len(rows) > 1 else ''} · {tally}"
+    budget = MAX_TOTAL - len(footer) - 200  # room for the footer and a note of what was left out
+    blocks: list[dict] = []
+    chunk: list[str] = []
+    shown = 0
+    for name, v in rows:
+        line = lead(name, cut(safe(" ".join(v.headline.split())), RUN_LINE_CHARS), LEVEL_EMOJI[v.level])
+        if sum(map(block_chars, blocks)) + len("\n".join([*chunk, line])) > budget:
+            break
+        if shown < MAX_RUN_BUTTONS:
+            # A section per run, its button beside it: one tap from the list to that run's status.
+            blocks.append({**section(line), "accessory": _button("Status", ACTION_STATUS, name)})
+        elif chunk and len("\n".join([*chunk, line])) > MAX_SECTION:
+            blocks.append(section("\n".join(chunk)))
+            chunk = [line]
+        else:
+            chunk.append(line)
+        shown += 1
+    if chunk:
+        blocks.append(section("\n".join(chunk)))
+    if shown < len(rows):
+        blocks.append(context(f"… {len(rows) - shown} more not shown (Slack's size limit); `runbot runs` lists them all"))
+    blocks.append(context(footer))
+    text = [lead(name, verdict_line(v)) for name, v in rows]
     return _message(text, blocks)
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from bot.core import humanize as hz
 from bot.core.gpus import format_indices, util_words
 from bot.core.redact import redact_lines, redact_secrets
-from bot.core.verdict import Level, Verdict
+from bot.core.verdict import Verdict, worst_first
 from bot.render.times import clock
 from bot.render.facts import rows as fact_rows
-
-LEVEL_WORD = {Level.OK: "ok", Level.NOTE: "note", Level.WARN: "WARN", Level.CRIT: "CRIT"}
+from bot.render.facts import tail_note
 
 
 def _safe(text: str) -> str:
@@ -60,27 +60,23 @@ def gpus(v: Verdict) -> str:
 def _mem(used: float | None, total: float | None) -> str:
     if used is None:
         return "mem ?"
-    gb = used / 1024
-    text = f"{gb:.0f} GB" if gb >= 10 else f"{gb:.1f} GB"
-    return f"{text}/{total / 1024:.0f} GB" if total else text
+    return hz.gib(used, total) if total else hz.gib(used)
 
 
 def tail(v: Verdict, n: int = 20) -> str:
     """The verdict line, then the last n log lines (bars collapsed, colours stripped, secrets redacted)."""
-    if not v.reached:
-        return _safe(v.headline)
     # All the verdict keeps, redacted as one text, then the last n: a private key spans lines,
     # and its BEGIN line may lie above the n.
-    body = redact_lines(v.tail)[-n:] if n > 0 else ()
-    if not body:
-        return f"{_safe(v.headline)}\n  (the log is empty)"
+    body = redact_lines(v.tail)[-n:] if n > 0 and v.reached else []
+    if (note := tail_note(v, len(body))) is not None:
+        return f"{_safe(v.headline)}\n  ({note})"
     return "\n".join([_safe(v.headline), *body])
 
 
 def runs(rows: Iterable[tuple[str, Verdict]]) -> str:
-    """One line per run: name, level, verdict."""
-    rows = list(rows)
+    """One line per run, the worst first: name, level, verdict."""
+    rows = worst_first(rows)
     if not rows:
         return "no runs configured"
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {LEVEL_WORD[v.level]:<4}  {_safe(v.headline)}" for name, v in rows)
+    return "\n".join(f"{name:<{width}}  {v.level.word:<4}  {_safe(v.headline)}" for name, v in rows)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import signal
 import sys
@@ -19,10 +18,11 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot.service import watchdog
 from bot.service.app import Services, build_app, make_services
+from bot.service.logs import JsonLines, to_stderr
 from bot.service.slack_requests import MAX_BODY, body_fault, timestamp_fault
 from bot.service.state_file import StateFile, StateFileError
 from config.registry import ConfigError, Registry
-from config.settings import Settings
+from config.settings import Settings, check_tokens
 
 log = logging.getLogger("runbot.serve")
 
@@ -39,9 +39,9 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 STARTUP_HOOKS: list[Any] = [watchdog]
 
 
-def serve(registry: Registry, settings: Settings) -> int:
+def serve(registry: Registry, settings: Settings, *, log_level: int = logging.INFO) -> int:
     """Run the bot until SIGTERM or SIGINT; the exit status for `runbot serve`."""
-    setup_logging()
+    setup_logging(log_level)
     try:
         return asyncio.run(serve_async(registry, settings))
     except ConfigError as exc:
@@ -61,6 +61,7 @@ async def serve_async(
     host: str = "0.0.0.0",
 ) -> int:
     """Serve until `stop` is set (SIGTERM and SIGINT set it)."""
+    check_tokens(settings)  # before any connection: a swapped token is a sentence, not a reconnect loop
     services = make_services(registry, settings, local_env=local_env)
     app = build_app(registry, settings, services)
     try:  # before Slack: a state file that cannot be used is a configuration problem, said in one line
@@ -211,24 +212,5 @@ async def _call(hook: Any, name: str, services: Services) -> None:
             await result
 
 
-class JsonLines(logging.Formatter):
-    """Every log record as one JSON line; a record's `runbot` dict supplies its fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
-        fields = getattr(record, "runbot", None)
-        if isinstance(fields, dict):
-            out.update(fields)
-        else:
-            out["msg"] = record.getMessage()
-        if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
-
-
 def setup_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
+    to_stderr(level, JsonLines())

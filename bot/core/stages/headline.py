@@ -4,7 +4,7 @@ its phase and level (the worst of its findings), its concerns, and the one line 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from bot.core import humanize as hz
 from bot.core.evidence import Evidence
@@ -28,6 +28,7 @@ from bot.core.verdict import (
     Found,
     Level,
     Phase,
+    Said,
     Trend,
     Verdict,
     Worry,
@@ -86,7 +87,7 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
     before = previous.step if previous is not None else None
     if doing.phase is Phase.TRAINING and doing.no_file_progress:
         return "no progress lines in the log — Lightning's rich progress bar writes nothing to files"
-    if doing.phase is Phase.TRAINING and step is not None:
+    if _says_progress(doing, step):
         eta = f" · ETA {hz.duration(trends.eta)}" if trends.eta is not None else ""
         return words.progress(step, before) + eta + (f" · {hz.duration(age)} ago" if age is not None else "")
     at = f" at {words.counter(step)}" if step is not None and words.counter(step) else ""
@@ -119,6 +120,11 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
         started = f"started {hz.duration(writer.elapsed_s)} ago, " if writer is not None and writer.elapsed_s is not None else ""
         return f"{started}no output yet (importing?)"
     return f"no steps yet — last line: {_last_line(ev)}"
+
+
+def _says_progress(doing: Doing, step: Step | None) -> bool:
+    """Whether a phase's healthy line is the loop's progress (and its ETA): then the rows need not repeat it."""
+    return doing.phase is Phase.TRAINING and not doing.no_file_progress and step is not None
 
 
 def _so_far(ev: Evidence, index: int) -> str:
@@ -159,12 +165,13 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
                  crash=doing.crash, thread_crash=doing.thread_crash)
 
     def verdict(phase: Phase, level: Level, headline: str, concerns: Sequence[Concern] = (), *, alert: bool = True,
-                **extra) -> Verdict:
-        """`alert`: the findings' own concerns go with it (a log rotated a second ago is no incident yet)."""
+                said: Iterable[Said | Finding] = (), **extra) -> Verdict:
+        """`alert`: the findings' own concerns go with it (a log rotated a second ago is no incident yet).
+        `said`: the facts `headline` states, which the rows under it then leave out."""
         levels = [level] + [Level.WARN for f in found if f.what in _WARNS]
         own = list(concerns) + [c for f in found if alert and (c := _concern(f)) is not None and c not in concerns]
         return Verdict(phase=phase, level=worst(levels), headline=headline, findings=tuple(found),
-                       concerns=tuple(own), **{**base, **extra})
+                       concerns=tuple(own), said=frozenset(said), **{**base, **extra})
 
     def with_findings(text: str) -> str:
         """A slowdown is the news, so it leads (the rate it names is in the text after it); the rest follow."""
@@ -172,16 +179,27 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         said = [words.finding(f) for f in found if f.what in _WARNS and f.what is not Finding.SLOW]
         return " · ".join([*lead, text]) + "".join(f" · {s}" for s in said)
 
+    def with_findings_said() -> set[Said | Finding]:
+        """What with_findings() adds to a headline."""
+        return {f.what for f in found if f.what in _WARNS}
+
+    # "at step 1200", "last epoch 3": where a headline names the loop's place, the rows need not.
+    at_said: set[Said | Finding] = {Said.COUNTER} if step is not None and words.counter(step) else set()
+
+    def progress_said() -> set[Said | Finding]:
+        """What _phase_words() states when its line is the progress."""
+        return {Said.PROGRESS} | ({Said.ETA} if trends.eta is not None else set()) if _says_progress(doing, step) else set()
+
     if doing.phase is Phase.CRASHED and doing.crash.kind is Kind.HANG and life.alive:
         # The run says it is stuck; NCCL's monitor may abort it later. Until then it hangs.
         who = "process alive" if life.life in (Life.ALIVE, Life.NEAR) else "writer not visible to the probe"
         return verdict(Phase.SILENT, Level.CRIT, f"hung — {words.crash(doing.crash)} {_at(step)}; {who}",
-                       [Concern(Worry.SILENT)], threshold=training_threshold)
+                       [Concern(Worry.SILENT)], threshold=training_threshold, said={Said.CRASH} | at_said)
     if doing.phase is Phase.CRASHED:
         ending = "process gone" if not life.alive else (
             f"process {writer.pid} still alive (hung after the error?)" if writer else "process still alive?")
         return verdict(Phase.CRASHED, Level.CRIT, f"crashed — {words.crash(doing.crash)} {_at(step)}; {ending}",
-                       [Concern(Worry.CRASHED)])
+                       [Concern(Worry.CRASHED)], said={Said.CRASH} | at_said)
 
     finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or (
         step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and not _epochs_to_go(step)
@@ -190,11 +208,13 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         if step is not None:
             step = final_count(ev.lines, step)
         last = f"last {words.counter(step)}" if step is not None and words.counter(step) else ""
+        told: set[Said | Finding] = {Said.COUNTER} if last else set()
         if not last and (saved := [m for m in ev.markers if m.step is not None and m.kind in (Mark.SAVING, Mark.SAVED)]):
             last = f"last checkpoint at step {saved[-1].step}"
         head = "finished" + (f" — {last}" if last else "")
         if step is not None and step.loss is not None and not any(f.what is Finding.NAN_LOSS for f in found):
             head += f" · loss {words._value(step.loss)}"
+            told.add(Said.LOSS)
         if doing.ended is not None and (reason := end_reason(doing.ended, ev.lines)) and not _GENERIC_END.match(reason):
             head += f" ({reason})"
         elif doing.ended is None and (result := last_result(ev, step)):
@@ -203,16 +223,16 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             silent = ev.silent_for
             if silent is not None and silent > training_threshold:
                 return verdict(Phase.FINISHED, Level.WARN, f"{head}, but process {writer.pid if writer else '?'} still "
-                               f"alive {hz.duration(silent)} later (hung on exit?)", [Concern(Worry.HUNG_ON_EXIT)])
-            return verdict(Phase.FINISHED, Level.OK, f"{head}; process exiting")
+                               f"alive {hz.duration(silent)} later (hung on exit?)", [Concern(Worry.HUNG_ON_EXIT)], said=told)
+            return verdict(Phase.FINISHED, Level.OK, f"{head}; process exiting", said=told)
         if doing.thread_crash is not None:  # a clean exit hides that part of the work stopped on the way
             return verdict(Phase.FINISHED, Level.WARN, f"{head}, but thread {doing.thread_crash.thread} died on the way: "
-                           f"{words.crash(doing.thread_crash, 60)}")
-        return verdict(Phase.FINISHED, Level.OK, with_findings(head))
+                           f"{words.crash(doing.thread_crash, 60)}", said={Said.THREAD_CRASH} | told)
+        return verdict(Phase.FINISHED, Level.OK, with_findings(head), said=with_findings_said() | told)
 
     if not life.alive and (error := logged_error(ev, step)) is not None:
         return verdict(Phase.CRASHED, Level.CRIT, f"crashed — {words.crash(error)} {_at(step)}; process gone",
-                       [Concern(Worry.CRASHED)], crash=error)
+                       [Concern(Worry.CRASHED)], crash=error, said={Said.CRASH} | at_said)
     if not life.alive:
         if not ev.lines:
             return verdict(Phase.STOPPED, Level.CRIT, "not running — the log is empty and no process writes it",
@@ -221,7 +241,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             head = f"stopped — process gone {_at(step).replace('at ', 'after ', 1)}, no error and no normal end (killed?)"
         else:
             head = f"stopped before the first step — process gone, last line: {_last_line(ev)}"
-        return verdict(Phase.STOPPED, Level.CRIT, head, [Concern(Worry.STOPPED)])
+        return verdict(Phase.STOPPED, Level.CRIT, head, [Concern(Worry.STOPPED)], said=at_said)
 
     phase = doing.phase
     if life.life is Life.MOVED:
@@ -232,12 +252,13 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         phase = Phase.TRAINING if step is not None else Phase.STARTING
         age = fresh.age if step is not None and moved.mtime is None else (
             max(0.0, ev.now - moved.mtime) if ev.now is not None and moved.mtime is not None else fresh.age)
+        told = {Said.PROGRESS} if step is not None else set()  # "— step 133 · … there"
         if age is not None and age > training_threshold and step is not None:
             return verdict(Phase.SILENT, Level.CRIT, f"silent {hz.duration(age)} — {head}", [Concern(Worry.SILENT)],
-                           threshold=training_threshold)
+                           threshold=training_threshold, said=told)
         # Just rotated, it may be reopened; still empty after the silence allowed, runbot reads the wrong file.
         level = Level.NOTE if ev.silent_for is not None and ev.silent_for <= training_threshold else Level.WARN
-        return verdict(phase, level, head, threshold=training_threshold, alert=level is Level.WARN)
+        return verdict(phase, level, head, threshold=training_threshold, alert=level is Level.WARN, said=told)
 
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
     threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
@@ -248,21 +269,24 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         if phase is Phase.TRAINING and step is not None:
             # Where it stopped is the news; a rate from 12 minutes ago is not.
             what = f"last {words.counter(step) or words.progress(step)}"
+            where_said = set(at_said or {Said.PROGRESS})
         else:
-            what = f"while {describe}"
+            what, where_said = f"while {describe}", set()
         bits = []
         if stuck := fd.stuck_collective(gpu):
             bits.append(stuck.detail)
         elif gpu.gpus and not gpu.error:
             bits.append(gpu.summary())
+            where_said.add(Said.GPUS)
         who = "process alive" if life.life in (Life.ALIVE, Life.NEAR) else "writer not visible to the probe"
         head = with_findings(f"silent {hz.duration(age)} — {what}") + f"; {who}" + "".join(f"; {b}" for b in bits)
-        return verdict(Phase.SILENT, Level.CRIT, head, [Concern(Worry.SILENT)], threshold=threshold)
+        return verdict(Phase.SILENT, Level.CRIT, head, [Concern(Worry.SILENT)], threshold=threshold,
+                       said=with_findings_said() | where_said)
 
     if doing.thread_crash is not None and phase is Phase.TRAINING:
         return verdict(Phase.THREAD_DIED, Level.WARN,
                        f"training, but thread {doing.thread_crash.thread} died: {words.crash(doing.thread_crash, 70)} — {describe}",
-                       threshold=threshold)
+                       threshold=threshold, said={Said.THREAD_CRASH} | progress_said())
     level = Level.OK if phase is Phase.TRAINING and not doing.no_file_progress else Level.NOTE
     if phase is Phase.TRAINING:
         idle = fd.idle_roles(gpu)
@@ -270,4 +294,4 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         if idle:
             level = Level.WARN
             describe += "; " + ", ".join(words.finding(f) for f in idle)
-    return verdict(phase, level, with_findings(describe), threshold=threshold)
+    return verdict(phase, level, with_findings(describe), threshold=threshold, said=with_findings_said() | progress_said())

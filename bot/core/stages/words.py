@@ -38,17 +38,20 @@ def counter(step: Step) -> str:
     return " · ".join(parts)
 
 
-def progress(step: Step, previous: Step | None = None) -> str:
-    """"step 1200/60000 · 14.2K tok/s · loss 2.31" (the rate's change since the last check, when known)."""
-    parts = [c] if (c := counter(step)) else []
+def progress(step: Step, previous: Step | None = None, *, place: bool = True, loss: bool = True) -> str:
+    """"step 1200/60000 · 14.2K tok/s · loss 2.31" (the rate's change since the last check, when known).
+    `place=False` / `loss=False` leave out the counter / the loss (said elsewhere): then "" may come back."""
+    parts = [c] if place and (c := counter(step)) else []
     if step.rate is not None and math.isfinite(step.rate):
         rate = f"{hz.count(step.rate)} {step.rate_unit or 'it/s'}"
         old = previous.rate if previous is not None and previous.rate_unit == step.rate_unit else None
         if old and (change := hz.percent_change(step.rate, old)):
             rate += f" ({change} since last check)"
         parts.append(rate)
-    if step.loss is not None:
+    if loss and step.loss is not None:
         parts.append(f"loss {_value(step.loss)}")
+    if not (place and loss):
+        return " · ".join(parts)
     return " · ".join(parts) or hz.trim(step.line, 60)
 
 
