@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
@@ -186,6 +185,7 @@ async def runs(req: CommandRequest) -> Reply:
     allowed = req.allowed_runs()
     if req.registry.runs and not allowed:
         raise NotAllowed("runs")
+
     async def one(run: Run) -> tuple[str, Verdict]:  # the scheduler bounds how many run at once
         return run.name, await req.services.check(run, wait=math.inf)  # every run answers, however long the list
 
