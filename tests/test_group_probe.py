@@ -120,3 +120,18 @@ def test_without_find_every_fd_is_compared_and_the_writers_are_the_same(tmp_path
         each = asyncio.run(LocalRunner({"PATH": str(bare)}).run(build_group_script(group, NONCE), timeout=30))
     [a], [b] = split_runs(listed.stdout, NONCE, 1), split_runs(each.stdout, NONCE, 1)
     assert f"{writer.pid} ".encode() in a.get("writers") and a.get("writers") == b.get("writers")
+
+
+def test_run_from_the_logs_folder_the_probe_never_names_itself_the_writer(tmp_path, monkeypatch):
+    # Found by running `runbot status` in the log's folder: the probe's own subshells work there, and the
+    # folder scan (a trainer that opens its log per write) took them for the run: a dead run read as alive.
+    log = tmp_path / "runs" / "exp1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("step=1 loss=2.0 tok/s=10\n")
+    monkeypatch.chdir(log.parent)
+    run = DefaultRun("dead", log=str(log))
+    result = asyncio.run(LocalRunner().run(build_group_script([run], NONCE), timeout=30))
+    [sections] = split_runs(result.stdout, NONCE, 1)
+    assert NONCE.encode() not in sections.get("writers"), sections.get("writers")
+    [verdict] = verdicts_from_output([run], result, NONCE)
+    assert verdict.phase is Phase.STOPPED

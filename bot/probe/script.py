@@ -269,7 +269,8 @@ near() {  # nobody writes $LOG: a training process working in its folder may ope
   done
   [ -n "$pids" ] || return 0
   echo '# near'
-  ps -o pid=,etimes=,args= -p "$pids" | grep -aE -- "$PROC_HINT" | cut -c "1-$LINE_CAP"
+  # The probe's own subshells share its folder when runbot runs from the log's: their command line holds the nonce.
+  ps -o pid=,etimes=,args= -p "$pids" | grep -aE -- "$PROC_HINT" | grep -av -e "$NONCE" | cut -c "1-$LINE_CAP"
   return 0
 }
 
