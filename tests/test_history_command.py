@@ -4,7 +4,6 @@ and its Chart buttons through the real Bolt app against the local Slack stand-in
 from __future__ import annotations
 
 import time
-import types
 
 import pytest
 
@@ -14,8 +13,7 @@ from bot.core.ledger import Incident, Ledger, Outgoing
 from bot.core.timeline import incidents_between, spans
 from bot.core.verdict import Concern, Phase, Worry
 from bot.render.history import ACTION_PLOT, CHART_ACTIONS, history_message
-from tests.slack_stub import SlackStub
-from tests.test_plot import FakeHistory, a_readable_png
+from tests.test_plot import a_readable_png, bot_with_memory, stub  # noqa: F401 - stub: the module's Slack stand-in
 from tests.test_slack_app import Bot
 
 H = 3600.0
@@ -104,25 +102,16 @@ def test_nothing_remembered_says_so_in_one_line():
 # -- through the app ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def stub():
-    with SlackStub() as s:
-        yield s
-
-
 @pytest.fixture
 def make_bot(tmp_path, stub):
     stub.reset()
 
     def make(**kw) -> Bot:
-        bot = Bot(tmp_path, stub, **kw)
         now = time.time()
         shifted = [Point(p.t - NOW + now, p.phase, p.level, p.step, p.total, 2.0, p.rate, p.unit, p.segment)
                    for p in night()]
-        bot.history = bot.services.history = FakeHistory({"dflash": shifted})
         crash = Incident("dflash", 1, "C0ALERTS", "1.000100", now - 2 * H, Concern(Worry.CRASHED), None)
-        bot.services.store = types.SimpleNamespace(ledger=Ledger(incidents={("dflash", 1): crash}))
-        return bot
+        return bot_with_memory(tmp_path, stub, {"dflash": shifted}, [crash], **kw)
 
     return make
 

@@ -323,17 +323,22 @@ def stub():
         yield s
 
 
+def bot_with_memory(tmp_path, stub, points: dict[str, list[Point]], incidents: list[Incident], **kw) -> Bot:
+    """The real Bolt app whose runs' memory holds `points`, and whose watchdog ledger holds `incidents`."""
+    bot = Bot(tmp_path, stub, **kw)
+    bot.history = bot.services.history = FakeHistory(points)
+    bot.services.store = types.SimpleNamespace(ledger=Ledger(incidents={(i.run, i.seq): i for i in incidents}))
+    return bot
+
+
 @pytest.fixture
 def make_bot(tmp_path, stub):
     stub.reset()
 
     def make(**kw) -> Bot:
-        bot = Bot(tmp_path, stub, **kw)
         now = time.time()
-        bot.history = bot.services.history = FakeHistory({"dflash": history(now=now, hours=6, restart_at=now - H)})
-        incident = Incident("dflash", 1, "C0ALERTS", "1.000100", now - 2 * H)
-        bot.services.store = types.SimpleNamespace(ledger=Ledger(incidents={("dflash", 1): incident}))
-        return bot
+        return bot_with_memory(tmp_path, stub, {"dflash": history(now=now, hours=6, restart_at=now - H)},
+                               [Incident("dflash", 1, "C0ALERTS", "1.000100", now - 2 * H)], **kw)
 
     return make
 
