@@ -190,8 +190,8 @@ class Sshd:
         return p.read_text(errors="replace") if p.exists() else ""
 
     def target(self, **kw):
-        """An SshTarget for this server, trusting the lab's known_hosts and client key."""
-        from bot.probe.ssh import SshTarget
+        """A config Host for this server, trusting the lab's known_hosts and client key."""
+        from config.registry import Host
 
         base = dict(
             name=self.name,
@@ -205,7 +205,7 @@ class Sshd:
             keepalive=15.0,
         )
         base.update(kw)
-        return SshTarget(**base)
+        return Host(**base)
 
 
 def _listening(port: int) -> bool:
