@@ -150,6 +150,7 @@ class Access:
 
     users: frozenset[str] = frozenset()
     channels: frozenset[str] = frozenset()
+    admins: frozenset[str] = frozenset()  # may also run /run doctor (it shows the whole install)
 
     def allows(self, user: str, channel: str, run: Run | None = None) -> bool:
         users = run.users if run is not None and run.users is not None else self.users
@@ -451,6 +452,7 @@ _BOT_CHECKS: dict[str, _Check] = {
 _ACCESS_CHECKS: dict[str, _Check] = {
     "users": _Parser.user_ids,
     "channels": _Parser.channel_ids,
+    "admins": _Parser.user_ids,
 }
 _HOST_CHECKS: dict[str, _Check] = {
     "address": _Parser.address,

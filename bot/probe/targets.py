@@ -17,13 +17,17 @@ class Targets:
         self._pool = None  # created on first use so local-only setups never import asyncssh
 
     def runner_for(self, run: Run) -> Runner:
-        if run.host == LOCAL:
+        return self.runner_on(run.host, run.container)
+
+    def runner_on(self, host: str, container: int | None = None) -> Runner:
+        """A runner on a host (LOCAL: this machine), inside `container` when it is set."""
+        if host == LOCAL:
             return self._local
         if self._pool is None:
             from bot.probe.ssh import SshPool  # noqa: PLC0415 - asyncssh only when a host needs it
 
             self._pool = SshPool(self._registry.hosts)  # the config's hosts are what the transport connects with
-        return self._pool.runner(run.host, run.container)
+        return self._pool.runner(host, container)
 
     async def close(self) -> None:
         if self._pool is not None:
