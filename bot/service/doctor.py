@@ -173,7 +173,9 @@ def token_checks(settings: Settings) -> list[Check]:
     try:
         check_tokens(settings)
     except ConfigError as exc:
-        return [Check(f"{exc.key} shape", FAIL, exc.fault)]  # the fault names the kind, never the token
+        # The fault names the token's kind, never the token.
+        return [Check(f"{exc.key} shape", FAIL, exc.fault, "SLACK_BOT_TOKEN=xoxb-… and SLACK_APP_TOKEN=xapp-…, "
+                                                          "each in its own variable, on one line (docs/slack.md)")]
     if settings.slack_app_token is None:
         return [Check("SLACK_APP_TOKEN a Socket Mode token", SKIP, "not set: HTTP mode (SLACK_SIGNING_SECRET signs requests)")]
     return [Check("SLACK_APP_TOKEN a Socket Mode token", PASS, "xapp-…")]
