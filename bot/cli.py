@@ -132,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
                 "0  written", "2  the file exists (use --force) or cannot be written")
     i.add_argument("path", nargs="?", metavar="PATH", help="where to write it; - prints it instead")
     i.add_argument("--force", action="store_true", help="replace a file that is already there")
+    command("doctor", "check every piece a working install needs",
+            "Check the configuration, then each host (reachable, host key, authentication, pct),\n"
+            "each container (running, nvidia-smi answering), each log (there and readable), and\n"
+            "Slack (the tokens, auth.test, the manifest's scopes, each alert channel with the bot\n"
+            "in it; skipped without SLACK_BOT_TOKEN). One line per check: ✓, or ✗ with its fix.",
+            "0  every check passed (or was skipped, saying why)", "1  a check failed (its line says the fix)")
     command("serve", "run the Slack bot and its watchdog",
             "Answer /run in Slack and run the watchdog, which probes every run each\n"
             "check_every and posts alerts, until SIGTERM or SIGINT. Logs are JSON lines on stderr.",
@@ -189,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = config_path(args.config, settings)
         if args.command == "init":
             return _init(Path(args.path).expanduser() if args.path else path, default=path, force=args.force)
+        if args.command == "doctor":  # reads the file itself: its faults are checks, not an exit 2
+            from bot.service.doctor import main as doctor  # noqa: PLC0415
+
+            return doctor(path, settings)
         if args.command == "replay":  # a capture from elsewhere replays with runbot's defaults
             registry = load_registry(path, env_state_db=settings.runbot_state_db) if args.config or path.exists() else None
             return _replay(args, registry)

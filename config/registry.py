@@ -8,7 +8,7 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -16,11 +16,12 @@ from typing import Any
 # Durations, MAX_STEP_PATTERN and ConfigError live in their own modules; callers still import
 # them from here (see __all__).
 from config.durations import MAX_DURATION, format_duration, parse_duration
-from config.validate import MAX_STEP_PATTERN, ConfigError, ConfigFaults, Validator, dotted, faults_of, one_line, show
+from config.validate import (MAX_STEP_PATTERN, ConfigError, ConfigFaults, Validator, dotted, faults_of, one_line,
+                             parse_jump, show)
 
 __all__ = [
     "LOCAL", "DEFAULT_SILENCE_AFTER", "DEFAULT_LOADING_GRACE", "DEFAULT_GPU_SAMPLES", "MAX_DURATION",
-    "MAX_STEP_PATTERN", "ConfigError", "ConfigFaults", "faults_of", "UnknownRun", "Host", "Run", "BotConfig", "Access", "Registry",
+    "MAX_STEP_PATTERN", "ConfigError", "ConfigFaults", "faults_of", "UnknownRun", "Host", "jump_host", "Run", "BotConfig", "Access", "Registry",
     "parse_duration", "format_duration", "load_registry", "parse_registry", "config_warnings",
 ]
 
@@ -56,7 +57,7 @@ class UnknownRun(LookupError):
 
 @dataclass(frozen=True)
 class Host:
-    """A machine reached over SSH (a Proxmox node, or any Linux box)."""
+    """A machine reached over SSH (a Proxmox node, or any Linux box): what the SSH transport connects with."""
 
     name: str
     address: str
@@ -64,11 +65,30 @@ class Host:
     port: int = 22
     key: str | None = None  # private key file; None: ssh-agent, then the usual key files
     known_hosts: str | None = None  # None: the usual known_hosts files
-    jump: str | None = None  # "[user@]host[:port]", validated
+    jump: str | None = None  # another [hosts.*] name, else "[user@]host[:port]" (see jump_host)
     connect_timeout: float = 10.0
     command_timeout: float = 60.0
     keepalive: float = 30.0  # seconds between keepalives; 0 = off
     max_channels: int = 8  # concurrent SSH sessions on one connection (1..64)
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} ({self.user}@{self.address}:{self.port})"
+
+
+def jump_host(host: Host, hosts: Mapping[str, Host]) -> Host | None:
+    """The host whose connection carries `host`'s: the one rule for `jump`, used by the config and the transport.
+
+    A jump that names another [hosts.*] entry is that host, its own jump and all; anything else is
+    "[user@]host[:port]", reached with `host`'s key, known_hosts and timeouts. A host cannot jump through
+    itself and jumps cannot loop: the configuration refuses both (see _Parser.jumps).
+    """
+    if not host.jump:
+        return None
+    if host.jump in hosts:
+        return hosts[host.jump]
+    user, address, port = parse_jump(host.jump)
+    return replace(host, name=f"jump host {address}", address=address, port=port, user=user or host.user, jump=None)
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,7 @@ class Access:
 
     users: frozenset[str] = frozenset()
     channels: frozenset[str] = frozenset()
+    admins: frozenset[str] = frozenset()  # may also run /run doctor (it shows the whole install)
 
     def allows(self, user: str, channel: str, run: Run | None = None) -> bool:
         users = run.users if run is not None and run.users is not None else self.users
@@ -271,6 +292,7 @@ class _Parser(Validator):
             with self.each():
                 if (host := self.host(name, tbl)) is not None:
                     self.hosts[name] = host
+        self.jumps()
         defaults = self.fields(data.get("defaults", {}), "defaults", _DEFAULT_CHECKS)
         runs: dict[str, Run] = {}
         folded: dict[str, str] = {}
@@ -336,6 +358,21 @@ class _Parser(Validator):
         if "address" not in out and not {key, f"{key}.address"} & self.bad:
             self.fail(f"{key}.address", "missing (the host name or IP address to ssh to)")
         return Host(name=name, **out) if "address" in out else None
+
+    def jumps(self) -> None:
+        """Refuse a host that jumps through itself, or a chain of jumps that comes back round (jump_host's rule)."""
+        for name, host in self.hosts.items():
+            seen, hop = [name], host
+            while hop.jump and hop.jump in self.host_names:
+                if hop.jump in seen:
+                    loop = " -> ".join([*seen, hop.jump])
+                    what = "jumps through itself" if hop.jump == name and len(seen) == 1 else f"jump hosts loop ({loop})"
+                    self.note(ConfigError(self.path, f"{dotted('hosts', name)}.jump",
+                                          f"{what}: a jump names the host to connect through first"))
+                    break
+                seen.append(hop.jump)
+                if (hop := self.hosts.get(hop.jump)) is None:  # refused itself: that fault is already noted
+                    break
 
     def run(self, name: str, own: dict[str, Any], defaults: dict[str, Any], bot: BotConfig) -> Run | None:
         """The run, or None when a key it cannot do without was refused (that fault is already noted)."""
@@ -415,6 +452,7 @@ _BOT_CHECKS: dict[str, _Check] = {
 _ACCESS_CHECKS: dict[str, _Check] = {
     "users": _Parser.user_ids,
     "channels": _Parser.channel_ids,
+    "admins": _Parser.user_ids,
 }
 _HOST_CHECKS: dict[str, _Check] = {
     "address": _Parser.address,

@@ -317,6 +317,15 @@ def _ere_fault(pattern: str) -> str | None:
 _BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def parse_jump(spec: str) -> tuple[str | None, str, int]:
+    """`"[user@]host[:port]"` (validated by Validator.jump) as (user or None, host, port); v6 brackets dropped."""
+    found = _JUMP_RE.fullmatch(spec)
+    if found is None:
+        raise ValueError(f"bad jump host {show(spec)}")
+    host = found["host"][1:-1] if found["host"].startswith("[") else found["host"]
+    return found["user"], host, int(found["port"] or 22)
+
+
 def dotted(*parts: str) -> str:
     """A TOML key path, quoting the parts that need it: runs."v1 final".log."""
     return ".".join(p if _BARE_KEY_RE.fullmatch(p) else show(p) for p in parts)

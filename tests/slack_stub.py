@@ -56,6 +56,9 @@ class SlackStub:
         self.files: list[dict] = []  # each file files.completeUploadExternal shared: id, title, channel_id, …, content
         self._upload_urls: dict[str, dict] = {}  # file id -> what files.getUploadURLExternal was told
         self._last_file = 0
+        # What auth.test's x-oauth-scopes header says the token was granted; None: the manifest's scopes.
+        self.scopes: list[str] | None = None
+        self.channels: dict[str, dict] = {}  # channel id -> {"name", "is_member"}, for conversations.info
         self._rules: list[_Rule] = []
         self._messages: dict[tuple[str, str], dict] = {}  # (channel, ts) -> the message as Slack stores it
         self._last_ts = 0.0
@@ -161,6 +164,8 @@ class SlackStub:
             self._rules.clear()
             self._messages.clear()
             self.clock_offset = 0.0
+            self.scopes = None
+            self.channels.clear()
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
         """Block until predicate() is truthy (sync tests); returns its value."""
@@ -267,7 +272,15 @@ class SlackStub:
         if fault is _DROP:  # it happened, but the caller never hears so
             request.transport.abort()
             raise ConnectionResetError("dropped by the stub")
-        return web.json_response(answer)
+        headers = {"x-oauth-scopes": ",".join(self._scopes())} if method == "auth.test" else None
+        return web.json_response(answer, headers=headers)
+
+    def _scopes(self) -> list[str]:
+        if self.scopes is not None:
+            return self.scopes
+        from bot.service.doctor import MANIFEST_SCOPES  # held to the manifest by tests/test_doctor.py
+
+        return list(MANIFEST_SCOPES)
 
     def _answer(self, method: str, payload: dict) -> dict:
         if method == "auth.test":
@@ -291,6 +304,11 @@ class SlackStub:
             if message is not None:
                 message.update(text=payload.get("text", ""), blocks=_json(payload.get("blocks")))
             return {"ok": True, "channel": payload.get("channel"), "ts": payload.get("ts"), "text": payload.get("text", "")}
+        if method == "conversations.info":
+            found = self.channels.get(payload.get("channel", ""))
+            if found is None:
+                return {"ok": False, "error": "channel_not_found"}
+            return {"ok": True, "channel": {"id": payload.get("channel"), **found}}
         if method in ("conversations.history", "conversations.replies"):
             return {"ok": True, "has_more": False, "messages": self._history(method, payload)}
         if method == "files.getUploadURLExternal":

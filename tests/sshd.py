@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -68,6 +69,7 @@ class Sshd:
     dir: Path
     max_sessions: int = 10
     log_level: str = "ERROR"
+    pct: bool = True  # False: no `pct` on its PATH (not a Proxmox node)
     proc: subprocess.Popen | None = None
 
     @property
@@ -82,7 +84,7 @@ class Sshd:
         # SHLVL=1 stops bash from sourcing ~/.bashrc for ssh commands (this machine's is slow,
         # a stock Proxmox root's is not): the lab should time the transport, not a dotfile.
         env = (
-            f"PATH={PCT_BIN}:/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
+            f"PATH={f'{PCT_BIN}:' if self.pct else ''}/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
             f"PCT_NODE={self.name} SHLVL=1"
         )
         cfg = self.dir / "sshd_config"
@@ -185,13 +187,27 @@ class Sshd:
         if state:
             (self.pct_state / f"{ct}.{state}").write_text(name or f"ct{ct}")
 
+    def set_smi(self, ct: int, answer: str | None) -> None:
+        """Give container ct an nvidia-smi that prints `answer` (exit 0); "fail": one that cannot reach the
+        driver (exit 9, as the real one); None: none on its PATH (this machine has no real one)."""
+        bin_dir = self.pct_state / f"{ct}.bin"
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        if answer is None:
+            return
+        bin_dir.mkdir()
+        body = ("echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'; exit 9"
+                if answer == "fail" else f"printf '%s\\n' {shlex.quote(answer)}")
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\n{body}\n")
+        smi.chmod(0o755)
+
     def log(self) -> str:
         p = self.dir / "sshd.log"
         return p.read_text(errors="replace") if p.exists() else ""
 
     def target(self, **kw):
-        """An SshTarget for this server, trusting the lab's known_hosts and client key."""
-        from bot.probe.ssh import SshTarget
+        """A config Host for this server, trusting the lab's known_hosts and client key."""
+        from config.registry import Host
 
         base = dict(
             name=self.name,
@@ -205,7 +221,7 @@ class Sshd:
             keepalive=15.0,
         )
         base.update(kw)
-        return SshTarget(**base)
+        return Host(**base)
 
 
 def _listening(port: int) -> bool:
@@ -247,11 +263,11 @@ class SshLab:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
     def sshd(self, name: str = "pve1", *, max_sessions: int = 10, log_level: str = "ERROR",
-             trust: bool = True) -> Sshd:
-        """Create and start an sshd; trust=False leaves its key out of known_hosts."""
+             trust: bool = True, pct: bool = True) -> Sshd:
+        """Create and start an sshd; trust=False leaves its key out of known_hosts, pct=False its PATH without pct."""
         d = self.dir / f"sshd-{name}"
         d.mkdir()
-        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level)
+        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level, pct=pct)
         srv.pct_state.mkdir()
         keygen(srv.host_key)
         if trust:

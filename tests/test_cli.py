@@ -251,7 +251,7 @@ def test_version_is_the_packages_own():
     assert 'dynamic = ["version"]' in (REPO / "pyproject.toml").read_text()  # one definition: pip reads the same
 
 
-COMMANDS = ["status", "gpus", "tail", "runs", "check-config", "init", "serve", "preview", "replay", "plot", "demo"]
+COMMANDS = ["status", "gpus", "tail", "runs", "check-config", "doctor", "init", "serve", "preview", "replay", "plot", "demo"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -308,7 +308,8 @@ def test_the_manifest_and_procfile_say_what_the_docs_say():
     code = [line.split("#")[0].rstrip() for line in manifest.splitlines() if line.split("#")[0].strip()]
     assert "    - command: /run" in code
     assert [line.strip() for line in code if line.startswith("      - ")] == [
-        "- commands", "- chat:write", "- chat:write.public", "- channels:history", "- groups:history", "- files:write"]
+        "- commands", "- chat:write", "- chat:write.public", "- channels:history", "- groups:history", "- files:write",
+        "- channels:read", "- groups:read"]
     assert "  socket_mode_enabled: true" in code and "    is_enabled: true" in code
     procs = [line for line in (REPO / "Procfile").read_text().splitlines() if line and not line.startswith("#")]
     assert procs == ["web: runbot serve", "worker: runbot serve"]

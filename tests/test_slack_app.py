@@ -605,3 +605,24 @@ async def test_asks_close_together_share_one_probe(make_bot):
         await asyncio.sleep(FRESH_S + 0.1)
         await bot.ask("status dflash")
         assert bot.probes - first == 2  # too old to share: probed again
+
+
+async def test_doctor_is_for_admins_only_and_answers_only_to_them(make_bot, stub):
+    access = '[access]\nusers = ["U0ALICE", "U0BOB"]\nadmins = ["U0ALICE"]'
+    def asked() -> int:  # Bolt calls auth.test for itself too: count doctor's calls as a difference
+        return sum(1 for m, _, _ in stub.attempts if m == "auth.test")
+
+    async with make_bot(access=access) as bot:
+        await bot.ask("help")
+        before = asked()
+        refused = await bot.ask("doctor", user="U0BOB")
+        assert asked() == before  # nothing was checked
+        report = await bot.ask("doctor", user="U0ALICE")
+        assert asked() == before + 1
+    assert lines(refused)[0].startswith("only runbot's admins may run /run doctor")
+    assert refused["response_type"] == report["response_type"] == "ephemeral"
+    said = lines(report)
+    assert f"✓ this machine: log {bot.tmp / 'dflash.log'} readable" in said
+    assert "✓ SLACK_BOT_TOKEN accepted (auth.test): @runbot in Test" in said
+    assert said[-1].startswith(f"{len(said) - 1} checks: ")
+    assert BOT_TOKEN not in all_text(report)

@@ -12,7 +12,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from bot.probe.ssh import SshHost, SshPool, SshRunner, SshTarget, _parse_jump
+from bot.probe.ssh import SshHost, SshPool, SshRunner
+from config.registry import Host, jump_host
 from sshd import SKIP_REASON, SshLab, free_port, have_sshd, keygen
 
 needs_sshd = pytest.mark.skipif(not have_sshd(), reason=SKIP_REASON)
@@ -48,7 +49,7 @@ def _ok(result) -> bool:
 
 
 def test_command_quotes_the_script_and_wraps_pct_and_a_remote_timeout() -> None:
-    host = SshHost(SshTarget("pve1", "127.0.0.1"))
+    host = SshHost(Host("pve1", "127.0.0.1"))
     script = "echo \"it's\" $HOME; x='a b'\n"
     in_ct = SshRunner(host, 201).command(script, 20)
     on_host = SshRunner(host, None).command(script, 20)
@@ -69,7 +70,7 @@ async def test_verification_is_never_turned_off(monkeypatch, tmp_path: Path) -> 
 
     monkeypatch.setattr(asyncssh, "connect", fake_connect)
     monkeypatch.setenv("HOME", str(tmp_path))
-    result = await SshRunner(SshHost(SshTarget("pve1", "127.0.0.1")), None).run("true", timeout=5)
+    result = await SshRunner(SshHost(Host("pve1", "127.0.0.1")), None).run("true", timeout=5)
     assert result.failure_kind == "unreachable" and "pve1" in result.failure
     usual = [str(tmp_path / ".ssh/known_hosts"), "/etc/ssh/ssh_known_hosts"]
     assert seen["known_hosts"] == ([p for p in usual if os.path.exists(p)] or usual[:1])
@@ -85,7 +86,7 @@ async def test_a_configured_key_is_the_only_one_offered(monkeypatch) -> None:
         raise ConnectionRefusedError(111, "refused")
 
     monkeypatch.setattr(asyncssh, "connect", fake_connect)
-    target = SshTarget("pve1", "127.0.0.1", key="/etc/runbot/id_ed25519", known_hosts="/etc/runbot/known_hosts")
+    target = Host("pve1", "127.0.0.1", key="/etc/runbot/id_ed25519", known_hosts="/etc/runbot/known_hosts")
     await SshRunner(SshHost(target), None).run("true", timeout=5)
     assert seen["client_keys"] == ["/etc/runbot/id_ed25519"] and seen["agent_path"] is None
     assert seen["known_hosts"] == ["/etc/runbot/known_hosts"]
@@ -107,18 +108,20 @@ async def test_each_connect_failure_has_its_own_verdict(monkeypatch, exc, kind, 
         raise exc
 
     monkeypatch.setattr(asyncssh, "connect", fake_connect)
-    target = SshTarget("pve1", "10.0.0.5", known_hosts=os.devnull)
+    target = Host("pve1", "10.0.0.5", known_hosts=os.devnull)
     result = await SshRunner(SshHost(target), 201).run("true", timeout=5)
     assert result.failure_kind == kind
     assert words in result.failure and "pve1" in result.failure
 
 
-def test_parse_jump() -> None:
-    t = SshTarget("pve1", "10.0.0.5", user="root", key="/k", jump="ops@bastion:2222")
-    j = _parse_jump(t)
+def test_jump_host_parses_an_address_with_the_targets_key() -> None:
+    t = Host("pve1", "10.0.0.5", user="root", key="/k", jump="ops@bastion:2222")
+    j = jump_host(t, {})
     assert (j.address, j.port, j.user, j.key, j.jump) == ("bastion", 2222, "ops", "/k", None)
-    j = _parse_jump(SshTarget("pve1", "10.0.0.5", user="root", jump="bastion"))
+    j = jump_host(Host("pve1", "10.0.0.5", user="root", jump="bastion"), {})
     assert (j.address, j.port, j.user) == ("bastion", 22, "root")
+    j = jump_host(Host("pve1", "10.0.0.5", jump="u@[fe80::1]:2200"), {})
+    assert (j.address, j.port, j.user) == ("fe80::1", 2200, "u")
 
 
 # --- against a real sshd -----------------------------------------------------------------
@@ -190,7 +193,7 @@ async def test_silent_server_times_out_within_connect_timeout(lab) -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        target = SshTarget("pve9", "127.0.0.1", port, key=str(lab.client_key), known_hosts=str(lab.known_hosts),
+        target = Host("pve9", "127.0.0.1", port=port, key=str(lab.client_key), known_hosts=str(lab.known_hosts),
                            connect_timeout=1.0)
         pool = SshPool({"pve9": target})
         started = time.monotonic()

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Mapping
 
 from bot.probe.proxmox import pct_failure
@@ -13,45 +12,15 @@ from bot.probe.runners import RunResult
 
 # SshHost and SshFailure live in their own modules; bot.probe.ssh stays the one import callers need.
 from bot.probe.ssh_connection import REAP_WAIT_S, SshHost
-from bot.probe.ssh_errors import SshFailure
+from bot.probe.ssh_errors import DEFAULT_KNOWN_HOSTS, SshFailure, known_hosts_files
+from config.registry import Host, jump_host
 
-__all__ = ["DEFAULT_KNOWN_HOSTS", "REAP_WAIT_S", "SshFailure", "SshHost", "SshPool", "SshRunner", "SshTarget"]
-
-DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
+__all__ = ["DEFAULT_KNOWN_HOSTS", "REAP_WAIT_S", "Host", "SshFailure", "SshHost", "SshPool", "SshRunner",
+           "known_hosts_files"]
 # The remote `timeout` wrapped around every command (see SshRunner.command): a timed-out
 # channel keeps its slot up to REAP_WAIT_S (bot.probe.ssh_connection) while it ends the command.
 _REMOTE_GRACE_S = 2  # the remote timeout fires after ours, so the verdict is always ours
 _REMOTE_KILL_S = 3  # TERM first, then KILL (which also takes down `timeout` itself)
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach one host (built from the config's [hosts.*] entry)."""
-
-    name: str
-    address: str
-    port: int = 22
-    user: str = "root"
-    key: str | None = None  # private key file; None: the agent and ~/.ssh/id_* defaults
-    known_hosts: str | None = None  # None: the usual files (never "no verification")
-    jump: str | None = None  # "user@bastion:22", or the name of another [hosts.*] entry
-    connect_timeout: float = 10.0
-    command_timeout: float = 60.0  # upper bound on any one probe, whatever the caller asks
-    keepalive: float = 30.0
-    max_channels: int = 8  # below OpenSSH's MaxSessions (10) so bursts never get refused
-
-    @property
-    def known_hosts_files(self) -> list[str]:
-        """The known_hosts files to trust: the configured one, else the usual ones that exist."""
-        if self.known_hosts:
-            return [os.path.expanduser(self.known_hosts)]
-        found = [p for p in map(os.path.expanduser, DEFAULT_KNOWN_HOSTS) if os.path.exists(p)]
-        # Missing altogether: still name the user's file, so the error says what to create.
-        return found or [os.path.expanduser(DEFAULT_KNOWN_HOSTS[0])]
-
-    @property
-    def where(self) -> str:
-        return f"{self.name} ({self.user}@{self.address}:{self.port})"
 
 
 class SshRunner:
@@ -92,15 +61,15 @@ class SshRunner:
 class SshPool:
     """Every configured host's SshHost, created on first use; jump hosts shared."""
 
-    def __init__(self, targets: Mapping[str, SshTarget]) -> None:
-        self._targets = dict(targets)
+    def __init__(self, hosts: Mapping[str, Host]) -> None:
+        self._targets = dict(hosts)
         self._hosts: dict[str, SshHost] = {}
         self._resolving: set[str] = set()
 
     def host(self, name: str) -> SshHost:
         """The SshHost for a configured host name (KeyError for an unknown one)."""
         if name not in self._hosts:
-            if name in self._resolving:
+            if name in self._resolving:  # the configuration refuses loops; a pool built by hand may not
                 raise ValueError(f"jump hosts loop back to {name!r}")
             self._resolving.add(name)
             try:
@@ -110,14 +79,15 @@ class SshPool:
                 self._resolving.discard(name)
         return self._hosts[name]
 
-    def _jump_for(self, target: SshTarget) -> SshHost | None:
-        if not target.jump:
+    def _jump_for(self, target: Host) -> SshHost | None:
+        jump = jump_host(target, self._targets)  # the config's rule, so what was validated is what connects
+        if jump is None:
             return None
-        if target.jump in self._targets and target.jump != target.name:
-            return self.host(target.jump)
+        if target.jump in self._targets:
+            return self.host(jump.name)
         key = f"jump:{target.jump}|{target.key}|{target.known_hosts}"
         if key not in self._hosts:
-            self._hosts[key] = SshHost(_parse_jump(target))
+            self._hosts[key] = SshHost(jump)
         return self._hosts[key]
 
     def runner(self, host_name: str, container: int | None = None) -> SshRunner:
@@ -132,16 +102,3 @@ class SshPool:
         for h in hosts:
             await h.close()
 
-
-def _parse_jump(target: SshTarget) -> SshTarget:
-    """SshTarget for `jump = "[user@]host[:port]"`, with the target's key and known_hosts."""
-    spec = target.jump or ""
-    user, _, hostport = spec.rpartition("@")
-    host, port = hostport, 22
-    if hostport.startswith("["):  # [v6addr]:port
-        host, _, rest = hostport[1:].partition("]")
-        port = int(rest[1:]) if rest.startswith(":") else 22
-    elif hostport.count(":") == 1:
-        host, p = hostport.split(":")
-        port = int(p)
-    return replace(target, name=f"jump host {host}", address=host, port=port, user=user or target.user, jump=None)

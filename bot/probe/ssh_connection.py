@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import asyncssh
 
 from bot.probe.runners import RunResult
-from bot.probe.ssh_errors import SshFailure, connect_failure, error_reason
+from bot.probe.ssh_errors import SshFailure, connect_failure, error_reason, known_hosts_files
 
-if TYPE_CHECKING:  # bot.probe.ssh imports this module; SshHost only reads a target's fields
-    from bot.probe.ssh import SshTarget
+if TYPE_CHECKING:
+    from config.registry import Host
 
 _CLOSE_WAIT_S = 2.0  # how long close() waits for a connection to say goodbye
 # How long a timed-out channel keeps its slot at most, waiting for the remote `timeout`
@@ -27,7 +27,7 @@ REAP_WAIT_S = 15.0
 class SshHost:
     """One host: a single lazily opened connection shared by all probes, and a channel cap."""
 
-    def __init__(self, target: SshTarget, jump: "SshHost | None" = None) -> None:
+    def __init__(self, target: Host, jump: "SshHost | None" = None) -> None:
         self.target = target
         self._jump = jump
         self._conn: asyncssh.SSHClientConnection | None = None
@@ -84,7 +84,7 @@ class SshHost:
                     tunnel=tunnel,
                     username=t.user,
                     # Always files: known_hosts=None would turn verification off.
-                    known_hosts=t.known_hosts_files,
+                    known_hosts=known_hosts_files(t),
                     client_keys=[os.path.expanduser(t.key)] if t.key else (),
                     # A configured key is the only one offered (like IdentitiesOnly): a full
                     # agent would otherwise use up sshd's MaxAuthTries before it.

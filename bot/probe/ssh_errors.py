@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-if TYPE_CHECKING:  # bot.probe.ssh imports this module; only a target's fields are read here
-    from bot.probe.ssh import SshTarget
+if TYPE_CHECKING:
+    from config.registry import Host
+
+DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
 
 
 class SshFailure(Exception):
@@ -21,12 +23,21 @@ class SshFailure(Exception):
         self.message, self.kind = message, kind
 
 
+def known_hosts_files(t: Host) -> list[str]:
+    """The known_hosts files to trust: the configured one, else the usual ones that exist."""
+    if t.known_hosts:
+        return [os.path.expanduser(t.known_hosts)]
+    found = [p for p in map(os.path.expanduser, DEFAULT_KNOWN_HOSTS) if os.path.exists(p)]
+    # Missing altogether: still name the user's file, so the error says what to create.
+    return found or [os.path.expanduser(DEFAULT_KNOWN_HOSTS[0])]
+
+
 def error_reason(exc: BaseException) -> str:
     """What went wrong, in the exception's own words: asyncssh's reason, else its message, else its type."""
     return getattr(exc, "reason", None) or str(exc) or type(exc).__name__
 
 
-def connect_failure(exc: BaseException, t: SshTarget, jump: SshTarget | None) -> SshFailure:
+def connect_failure(exc: BaseException, t: Host, jump: Host | None) -> SshFailure:
     """Turn whatever connecting raised into a verdict that names the host and the fix."""
     if isinstance(exc, SshFailure):
         return exc
@@ -48,7 +59,7 @@ def connect_failure(exc: BaseException, t: SshTarget, jump: SshTarget | None) ->
         )
     if isinstance(exc, OSError) and exc.filename and t.key and os.path.expanduser(t.key) in str(exc.filename):
         return SshFailure(f"cannot read the SSH key {t.key} for {t.name}: {exc.strerror}", "auth")
-    if isinstance(exc, OSError) and exc.filename and str(exc.filename) in t.known_hosts_files:
+    if isinstance(exc, OSError) and exc.filename and str(exc.filename) in known_hosts_files(t):
         return SshFailure(
             f"cannot read known_hosts {exc.filename} for {t.name}: {exc.strerror}; "
             f"see docs/ssh.md to add {t.address}'s host key",
@@ -77,9 +88,9 @@ def connect_failure(exc: BaseException, t: SshTarget, jump: SshTarget | None) ->
     return SshFailure(f"SSH to {t.where}{via} failed: {error_reason(exc)}", "unreachable")
 
 
-def _hostkey_message(t: SshTarget) -> str:
+def _hostkey_message(t: Host) -> str:
     """Unknown key or changed key: the fixes differ, so say which."""
-    files = t.known_hosts_files
+    files = known_hosts_files(t)
     path = " or ".join(files)
     entry = t.address if t.port == 22 else f"[{t.address}]:{t.port}"
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Mapping
 
 from bot.probe.runners import LocalRunner, Runner
@@ -18,16 +17,17 @@ class Targets:
         self._pool = None  # created on first use so local-only setups never import asyncssh
 
     def runner_for(self, run: Run) -> Runner:
-        if run.host == LOCAL:
+        return self.runner_on(run.host, run.container)
+
+    def runner_on(self, host: str, container: int | None = None) -> Runner:
+        """A runner on a host (LOCAL: this machine), inside `container` when it is set."""
+        if host == LOCAL:
             return self._local
         if self._pool is None:
-            from bot.probe.ssh import SshPool, SshTarget  # noqa: PLC0415 - asyncssh only when a host needs it
+            from bot.probe.ssh import SshPool  # noqa: PLC0415 - asyncssh only when a host needs it
 
-            # A config Host has every field an SshTarget needs, under the same names.
-            fields = [f.name for f in dataclasses.fields(SshTarget)]
-            self._pool = SshPool({name: SshTarget(**{f: getattr(h, f) for f in fields})
-                                  for name, h in self._registry.hosts.items()})
-        return self._pool.runner(run.host, run.container)
+            self._pool = SshPool(self._registry.hosts)  # the config's hosts are what the transport connects with
+        return self._pool.runner(host, container)
 
     async def close(self) -> None:
         if self._pool is not None:
