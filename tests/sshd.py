@@ -68,6 +68,7 @@ class Sshd:
     dir: Path
     max_sessions: int = 10
     log_level: str = "ERROR"
+    extra_bin: Path | None = None  # first on the sessions' PATH (a host's stand-in nvidia-smi)
     proc: subprocess.Popen | None = None
 
     @property
@@ -81,8 +82,9 @@ class Sshd:
     def write_config(self) -> Path:
         # SHLVL=1 stops bash from sourcing ~/.bashrc for ssh commands (this machine's is slow,
         # a stock Proxmox root's is not): the lab should time the transport, not a dotfile.
+        first = f"{self.extra_bin}:" if self.extra_bin else ""
         env = (
-            f"PATH={PCT_BIN}:/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
+            f"PATH={first}{PCT_BIN}:/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
             f"PCT_NODE={self.name} SHLVL=1"
         )
         cfg = self.dir / "sshd_config"
@@ -247,11 +249,11 @@ class SshLab:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
     def sshd(self, name: str = "pve1", *, max_sessions: int = 10, log_level: str = "ERROR",
-             trust: bool = True) -> Sshd:
-        """Create and start an sshd; trust=False leaves its key out of known_hosts."""
+             trust: bool = True, extra_bin: Path | None = None) -> Sshd:
+        """Create and start an sshd; trust=False leaves its key out of known_hosts; extra_bin goes first on PATH."""
         d = self.dir / f"sshd-{name}"
         d.mkdir()
-        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level)
+        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level, extra_bin=extra_bin)
         srv.pct_state.mkdir()
         keygen(srv.host_key)
         if trust:

@@ -21,7 +21,10 @@ from typing import Any
 
 from bot.core.diagnose import unreachable
 from bot.core.verdict import Verdict
-from bot.probe.checkup import check_group_within, check_within
+from bot.core.host_view import HostView
+from bot.probe.checkup import PROBE_GRACE_S, check_group_within, check_within
+from bot.probe.host_probe import probe_host
+from bot.probe.host_script import PROC_ROOT
 from config.registry import LOCAL, Registry, Run
 
 # Probes at once, whatever their host. A local probe costs ~85 ms of CPU in bash and its children and
@@ -211,6 +214,21 @@ class Scheduler:
             for run, verdict in zip(runs, verdicts):
                 self.history.record(run.name, verdict)
         return verdicts
+
+    async def host_view(self, host: str, *, discover: bool = False, priority: Priority = Priority.ASK,
+                        proc_root: str = PROC_ROOT) -> HostView:
+        """One probe of a host itself (outside every CT), within that host's cap and the overall one.
+        `proc_root`: where the host's /proc is read (only tests set it)."""
+        gate = self.hosts.get(host, self.hosts[LOCAL])
+        async with gate.slot(priority), self.overall.slot(priority):
+            self.probed += 1
+            timeout = self.registry.bot.probe_timeout
+            try:
+                async with asyncio.timeout(timeout + PROBE_GRACE_S):
+                    return await probe_host(self.targets.host_runner(host), host, discover=discover, timeout=timeout,
+                                            proc_root=proc_root)
+            except TimeoutError:
+                return HostView(host, failure=f"the host probe on {host} took over {timeout:g} s", failure_kind="timeout")
 
     def _busy(self, run: Run, started: float, gate: FairGate) -> Verdict:
         where = "" if gate is self.overall else " on this machine" if run.host == LOCAL else f" on {run.host}"

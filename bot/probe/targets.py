@@ -20,6 +20,13 @@ class Targets:
     def runner_for(self, run: Run) -> Runner:
         if run.host == LOCAL:
             return self._local
+        return self._ssh_pool().runner(run.host, run.container)
+
+    def host_runner(self, host: str) -> Runner:
+        """A runner on the host itself, outside every CT (the host view's probe)."""
+        return self._local if host == LOCAL else self._ssh_pool().runner(host, None)
+
+    def _ssh_pool(self):
         if self._pool is None:
             from bot.probe.ssh import SshPool, SshTarget  # noqa: PLC0415 - asyncssh only when a host needs it
 
@@ -27,7 +34,7 @@ class Targets:
             fields = [f.name for f in dataclasses.fields(SshTarget)]
             self._pool = SshPool({name: SshTarget(**{f: getattr(h, f) for f in fields})
                                   for name, h in self._registry.hosts.items()})
-        return self._pool.runner(run.host, run.container)
+        return self._pool
 
     async def close(self) -> None:
         if self._pool is not None:
