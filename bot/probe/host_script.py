@@ -11,7 +11,7 @@ import re
 import shlex
 
 from bot.core.host_view import APPS_QUERY, HOST_GPU_QUERY
-from bot.probe.script import PROCESS_HINT
+from bot.probe.script import PROCESS_HINT, SECTION_FUNCTIONS
 
 CT_PARALLEL = 8  # `pct exec` at once: each is a perl process of ~50 MB on the host
 CT_TIMEOUT_S = 10  # one CT's scan; a hung CT costs its own section, not the whole answer
@@ -63,15 +63,7 @@ exit 0
 
 _BODY = r"""
 export LC_ALL=C
-mark() { printf '\n@@RB:%s@@ %s\n' "$NONCE" "$1"; }
-part() {  # part NAME FUNCTION: stdout as section NAME, then NAME.rc and NAME.err
-  local name=$1 err rc
-  mark "$name"
-  { err=$("$2" 2>&1 1>&3 3>&-); rc=$?; } 3>&1
-  mark "$name.rc"; printf '%s' "$rc"
-  if [ -n "$err" ]; then mark "$name.err"; printf '%s' "${err:0:2000}"; fi
-}
-T=''
+""" + SECTION_FUNCTIONS + r"""T=''
 command -v timeout >/dev/null 2>&1 && T="timeout $CT_TIMEOUT"
 
 pct_list() { printf '%s\n' "$PCT_OUT"; return "$PCT_RC"; }
