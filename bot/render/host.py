@@ -92,7 +92,7 @@ def host_lines(view: HostView, runs: RunsByCt) -> list[str]:
         mem = "mem ?" if g.used_mib is None else hz.gib(g.used_mib, *((g.total_mib,) if g.total_mib else ()))
         util = "util ?" if g.util is None else f"util {g.util:.0f} %"
         who = ", ".join(_holder(h, runs) for h in held.get(g.index, [])) or "free"
-        lines.append(f"GPU {g.index}: {mem:<12} {util:<9} {who}")
+        lines.append(f"GPU {g.index}: {mem:<12} {util:<10} {who}")
     return lines
 
 
