@@ -108,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                     "log's last write, the GPUs.", *_PROBED))
     run_arg(command("gpus", "per-GPU classification, by role",
                     "Probe one run and classify each GPU over several nvidia-smi samples (busy,\n"
-                    "oscillating, low, idle, memory held), grouped by the run's GPU roles.", *_PROBED))
+                    "oscillating, low, idle, memory held), grouped by the run's GPU roles. With\n"
+                    "host_view = true on its host, also which CT (and run) holds each of its GPUs.", *_PROBED))
     t = command("tail", "the last lines of the log, cleaned",
                 "The run's verdict, then the last N lines of its log: progress bars collapsed to\n"
                 "their last frame, colours stripped, secrets redacted. `tail RUN 50` and\n"

@@ -158,6 +158,24 @@ def discover_found(box, view):
     return discovered(view, [(r.name, r.host, r.container, r.log) for r in box.registry.runs.values()])
 
 
+def test_people_asking_about_one_box_at_once_share_one_look(box):
+    box.srv.set_ct(200, "running")
+
+    async def go():
+        targets = Targets(box.registry)
+        scheduler = Scheduler(box.registry, targets)
+        try:
+            views = await asyncio.gather(*(scheduler.host_view("pve1") for _ in range(10)))
+            again = await scheduler.host_view("pve1")  # within FRESH_S: the same answer
+            found = await scheduler.host_view("pve1", discover=True)  # another question: its own look
+            return views, again, found, scheduler.probed
+        finally:
+            await targets.close()
+    views, again, found, probed = asyncio.run(go())
+    assert all(v is views[0] for v in views) and again is views[0] and views[0].failure is None
+    assert found.scans and probed == 2
+
+
 def test_cli_gpus_names_the_holders_and_host_shows_the_box(box):
     with ct_namespaces(box.srv.pct_state, [(200, "train", box.logs[200]), (201, "eval", box.logs[201])]) as cts:
         box.apps([f"{cts[0].train_pid}, GPU-4, 61440", f"{cts[0].train_pid}, GPU-5, 61440",

@@ -134,6 +134,8 @@ class Scheduler:
         self._parsers = {p: ThreadPoolExecutor(1, thread_name_prefix=f"parse-{p.name.lower()}") for p in Priority}
         self._inflight: dict[str, asyncio.Future] = {}  # run name -> the shared probe running for it
         self._recent: dict[str, tuple[Verdict, float]] = {}  # run name -> (verdict, clock() it came)
+        self._host_inflight: dict[tuple[str, bool, str], asyncio.Future] = {}  # the same for host probes
+        self._host_recent: dict[tuple[str, bool, str], tuple[HostView, float]] = {}
         self.probed = 0
 
     async def check(self, run: Run, *, previous: Verdict | None = None, priority: Priority = Priority.ASK,
@@ -217,8 +219,26 @@ class Scheduler:
 
     async def host_view(self, host: str, *, discover: bool = False, priority: Priority = Priority.ASK,
                         proc_root: str = PROC_ROOT) -> HostView:
-        """One probe of a host itself (outside every CT), within that host's cap and the overall one.
-        `proc_root`: where the host's /proc is read (only tests set it)."""
+        """One probe of a host itself (outside every CT), within that host's cap and the overall one. Like
+        check(), everyone asking while it runs, or within FRESH_S of its answer, shares it (a team's
+        `/run gpus` of one box costs the box one look). `proc_root`: where its /proc is read (only tests set it)."""
+        key = (host, discover, proc_root)
+        recent = self._host_recent.get(key)
+        if recent is not None and self.clock() - recent[1] < FRESH_S:
+            return recent[0]
+        running = self._host_inflight.get(key)
+        if running is None:
+            running = self._host_inflight[key] = asyncio.ensure_future(
+                self._host_probe(host, discover, priority, proc_root))
+
+            def settled(done: asyncio.Future) -> None:
+                self._host_inflight.pop(key, None)
+                if not done.cancelled() and done.exception() is None:
+                    self._host_recent[key] = (done.result(), self.clock())
+            running.add_done_callback(settled)
+        return await asyncio.shield(running)
+
+    async def _host_probe(self, host: str, discover: bool, priority: Priority, proc_root: str) -> HostView:
         gate = self.hosts.get(host, self.hosts[LOCAL])
         async with gate.slot(priority), self.overall.slot(priority):
             self.probed += 1
