@@ -125,10 +125,13 @@ def _cgroup_roots() -> list[tuple[Path, str]]:
 
 
 @contextlib.contextmanager
-def lxc_cgroups(placed: dict[int, Sequence[int]]) -> Iterator[str | None]:
-    """Move each vmid's PIDs into a real `lxc/<vmid>` cgroup, as Proxmox keeps a CT's processes. Yields which
-    hierarchy it used, or None where no cgroup could be made (not root, read-only cgroupfs): then nothing moved."""
+def lxc_cgroups(placed: dict[int, Sequence[int]], only: str = "") -> Iterator[str | None]:
+    """Move each vmid's PIDs into a real `lxc/<vmid>` cgroup, as Proxmox keeps a CT's processes, in the first
+    hierarchy that lets us (whose name starts with `only`, when given). Yields which it used, or None where no
+    cgroup could be made (not root, read-only cgroupfs): then nothing moved."""
     for root, spelling in _cgroup_roots():
+        if not spelling.startswith(only):
+            continue
         made: list[Path] = []
         moved: list[int] = []
         try:

@@ -158,6 +158,19 @@ def discover_found(box, view):
     return discovered(view, [(r.name, r.host, r.container, r.log) for r in box.registry.runs.values()])
 
 
+@pytest.mark.parametrize("hierarchy", ["cgroup v2", "cgroup v1"])
+def test_each_cgroup_spelling_on_a_real_process(box, hierarchy):
+    with ct_namespaces(box.srv.pct_state, [(207, "train", box.logs[207])]) as cts:
+        box.apps([f"{cts[0].train_pid}, GPU-3, 2048"])
+        with lxc_cgroups({207: [cts[0].train_pid]}, only=hierarchy) as how:
+            if how is None:
+                pytest.skip(f"no {hierarchy} hierarchy where this machine lets a test make lxc/207")
+            said = Path(f"/proc/{cts[0].train_pid}/cgroup").read_text()
+            view = probe(box, discover=False)
+    assert ("::/lxc/207" in said) if hierarchy.endswith("v2") else (":memory:/lxc/207" in said), said
+    assert [(a.pid, a.vmid) for a in view.apps] == [(cts[0].train_pid, 207)]
+
+
 def test_people_asking_about_one_box_at_once_share_one_look(box):
     box.srv.set_ct(200, "running")
 
