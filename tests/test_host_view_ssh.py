@@ -13,7 +13,7 @@ import pytest
 from bot.probe.scheduler import Scheduler
 from bot.probe.targets import Targets
 from bot.service.app import Services
-from bot.service.host_view import discover_lines, host_lines, look
+from bot.service.host_view import discover_lines, host_lines
 from config.registry import load_registry
 from handlers.commands import dispatch
 from tests.host_standins import can_make_namespaces, ct_namespaces, fake_host_smi, gpu_row, lxc_cgroups
