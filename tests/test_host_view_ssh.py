@@ -15,6 +15,8 @@ from bot.probe.targets import Targets
 from bot.service.app import Services
 from bot.service.host_view import discover_lines, host_lines
 from config.registry import load_registry
+from bot.render.slack import ACTION_GPUS
+from handlers import actions
 from handlers.commands import dispatch
 from tests.host_standins import can_make_namespaces, ct_namespaces, fake_host_smi, gpu_row, lxc_cgroups
 from tests.sshd import SKIP_REASON, SshLab, have_sshd
@@ -86,6 +88,16 @@ def test_the_proc_root_seam_maps_pids_as_the_real_cgroups_do(box):
     assert how == "laid-out proc root"
     assert {a.pid: a.vmid for a in view.apps} == {cts[0].train_pid: 200, 999999: None}
     assert view.scans == {}  # no discovery asked: no CT entered
+
+
+class ChatUpdates:
+    """Where the GPUs button's chat.update goes: kept to be read (Slack itself is not this test's subject)."""
+
+    def __init__(self) -> None:
+        self.updated: list[dict] = []
+
+    async def chat_update(self, **kw) -> None:
+        self.updated.append(kw)
 
 
 def probe(box: Box, *, discover: bool, proc_root: str = "/proc"):
@@ -247,7 +259,7 @@ def test_slack_discover_and_host_for_access_only_and_hidden_runs_unnamed(box):
 
             async def go():
                 targets = Targets(box.registry)
-                services = Services(targets, box.registry, chat=None)
+                services = Services(targets, box.registry, chat=ChatUpdates())
                 try:
                     said = {}
                     for user, text in (("U0ALICE", "discover pve1"), ("U0BOB", "discover pve1"),
@@ -255,14 +267,17 @@ def test_slack_discover_and_host_for_access_only_and_hidden_runs_unnamed(box):
                                        ("U0EVE", "discover pve1"), ("U0BOB", "discover pve1; rm -rf /")):
                         reply, _, _ = await dispatch(services, user, "C0TEAM", text)
                         said[(user, text)] = reply
-                    return said
+                    await actions._click(services, "U0BOB", "C0TEAM", "train-7b", actions.VIEWS[ACTION_GPUS][1],
+                                         {"message_ts": "1796000042.000100"}, None)
+                    return said, services.chat.updated[0]["text"]
                 finally:
                     await targets.close()
-            said = asyncio.run(go())
+            said, clicked = asyncio.run(go())
     assert "[runs.secret]" in said[("U0ALICE", "discover pve1")].text
     bob = said[("U0BOB", "discover pve1")].text
     assert "# CT 203: already configured" in bob and "secret" not in bob.replace("CT 203 secret", "")
     assert "GPU 4: 0/140 GiB    util 40 %  CT 203 (1 GiB)" in said[("U0BOB", "host pve1")].text
     assert "GPU 4 is used by CT 203 (1 GiB)" in said[("U0BOB", "gpus train-7b")].text  # `secret` stays unnamed
     assert said[("U0EVE", "discover pve1")].outcome == "refused"
+    assert "GPU 4 is used by CT 203 (1 GiB)" in clicked  # the GPUs button says what /run gpus says
     assert said[("U0BOB", "discover pve1; rm -rf /")].outcome == "usage"  # two words: refused before anything runs
