@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from bot import __version__
+from bot import __version__, host_cli
 from bot.render import chart as render_chart
 from bot.render import slack as render_slack
 from bot.render import text as render_text
@@ -108,7 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                     "log's last write, the GPUs.", *_PROBED))
     run_arg(command("gpus", "per-GPU classification, by role",
                     "Probe one run and classify each GPU over several nvidia-smi samples (busy,\n"
-                    "oscillating, low, idle, memory held), grouped by the run's GPU roles.", *_PROBED))
+                    "oscillating, low, idle, memory held), grouped by the run's GPU roles. With\n"
+                    "host_view = true on its host, also which CT (and run) holds each of its GPUs.", *_PROBED))
     t = command("tail", "the last lines of the log, cleaned",
                 "The run's verdict, then the last N lines of its log: progress bars collapsed to\n"
                 "their last frame, colours stripped, secrets redacted. `tail RUN 50` and\n"
@@ -116,6 +117,19 @@ def _parser() -> argparse.ArgumentParser:
     run_arg(t)
     t.add_argument("lines", nargs="?", metavar="N", help=f"lines (default {TAIL_DEFAULT}, at most {TAIL_MAX})")
     t.add_argument("-n", "--lines", dest="n", metavar="N", help="the same, as an option")
+    for name, summary, description in (
+            ("discover", "find the training runs on a Proxmox host, as [runs.NAME] blocks to paste",
+             "One round trip to the host: `pct list`, then in each running CT the processes that\n"
+             "look like training and the files they write, and the GPUs they use. Prints a\n"
+             "ready-to-paste [runs.NAME] block for each run not configured yet; never edits the\n"
+             "config. Needs host_view = true under [hosts.HOST]."),
+            ("host", "the whole box: every GPU, the CT (and run) holding it, memory, utilisation",
+             "Ask the Proxmox host itself (outside the CTs) which process holds each GPU, map\n"
+             "each to its CT through /proc/PID/cgroup, and name the configured runs. Needs\n"
+             "host_view = true under [hosts.HOST].")):
+        h = command(name, summary, description, "0  the host answered", "2  bad arguments, an unknown host, or host_view off",
+                    "3  the host could not be reached (the line says why)")
+        h.add_argument("host", metavar="HOST", help="a [hosts.*] name")
     command("runs", "every run with its one-line verdict",
             "Probe every configured run in parallel and print one line each: name, level\n"
             "(crit, warn, note, ok) and verdict, the worst first, then by name.", *_LISTED)
@@ -278,6 +292,8 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
         return EXIT_OK
     if args.command == "plot":
         return _plot(args, registry)
+    if args.command in ("discover", "host"):
+        return host_cli.main(registry, args.command, args.host)
     lines = _tail_count(args) if args.command == "tail" else TAIL_DEFAULT
     run = registry.resolve(args.run)
     verdict = asyncio.run(_check_one(registry, run, args.save_probe, settings.runbot_state_db))
@@ -287,6 +303,8 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
         print(render_text.status(verdict, where=run.where))
     elif args.command == "gpus":
         print(render_text.gpus(verdict))
+        for line in host_cli.gpus_lines(registry, run):
+            print(f"  {line}")
     else:
         print(render_text.tail(verdict, lines))
     return EXIT_UNREACHABLE if verdict.phase is Phase.UNREACHABLE else EXIT_OK

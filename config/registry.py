@@ -70,6 +70,9 @@ class Host:
     command_timeout: float = 60.0
     keepalive: float = 30.0  # seconds between keepalives; 0 = off
     max_channels: int = 8  # concurrent SSH sessions on one connection (1..64)
+    # May runbot probe the host itself, outside every CT (`discover`, `host`, who holds each GPU)? Off unless
+    # asked: it runs `pct` and `nvidia-smi` as the SSH user on the node, which an admin should choose to allow.
+    host_view: bool = False
 
     @property
     def where(self) -> str:
@@ -465,6 +468,7 @@ _HOST_CHECKS: dict[str, _Check] = {
     "command_timeout": _Parser.duration,
     "keepalive": lambda p, v, k: p.duration(v, k, allow_zero=True),
     "max_channels": lambda p, v, k: p.integer(v, k, 1, 64),
+    "host_view": _Parser.boolean,
 }
 _RUN_CHECKS: dict[str, _Check] = {
     "host": _Parser.run_host,

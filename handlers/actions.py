@@ -3,12 +3,14 @@ from a list of runs: answer privately beside it)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
 from slack_sdk.errors import SlackApiError
 
 from bot.render import slack as render_slack
+from bot.service.host_view import ownership
 from bot.render.slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_STATUS, ACTION_TAIL
 from bot.core.verdict import TAIL_DEFAULT
 from handlers.commands import (
@@ -21,15 +23,16 @@ from handlers.commands import (
 if TYPE_CHECKING:
     from bot.service.app import Services
 
-def _status(v, run):
+def _status(v, run, held):
     return render_slack.status_message(v, run.name, run.where)
 
 
+# Each view from the verdict, the run, and what the host says of its GPUs (asked for the gpus view only).
 VIEWS = {
     ACTION_REFRESH: ("status", _status),
     ACTION_STATUS: ("status", _status),  # from /run runs: the same view, answered beside the list
-    ACTION_TAIL: ("tail", lambda v, run: render_slack.tail_message(v, TAIL_DEFAULT, run.name)),
-    ACTION_GPUS: ("gpus", lambda v, run: render_slack.gpus_message(v, run.name, run.where)),
+    ACTION_TAIL: ("tail", lambda v, run, held: render_slack.tail_message(v, TAIL_DEFAULT, run.name)),
+    ACTION_GPUS: ("gpus", lambda v, run, held: render_slack.gpus_message(v, run.name, run.where, host_lines=held)),
 }
 
 
@@ -70,8 +73,13 @@ async def _click(services: Services, user: str, channel: str, name: str, render,
             await send_response(response_url, {**render_slack.error_message(why), "response_type": "ephemeral",
                                                "replace_original": False})
         return ("refused" if run is not None else "unknown_run"), "response_url"
-    verdict = await services.check(run)
-    message = render(verdict, run)
+    if render is VIEWS[ACTION_GPUS][1]:  # the same answer as /run gpus: the host's word on who holds them
+        seen = [r for r in services.registry.runs.values() if services.registry.access.allows(user, channel, r)]
+        verdict, held = await asyncio.gather(services.check(run),
+                                             ownership(services.registry, run, seen, services.scheduler))
+    else:
+        verdict, held = await services.check(run), []
+    message = render(verdict, run, held)
     outcome = "unreachable" if not verdict.reached else "ok"
     if aside:
         # An alert is the channel's record of an incident (and carries its Mute button), a list of runs

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bot.render import slack as render_slack
+from bot.service.host_view import ownership
 from bot.service.slack_http import response_url_retries
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.registry import Registry, Run, UnknownRun
@@ -145,8 +146,10 @@ async def status(req: CommandRequest) -> Reply:
 @subcommand("gpus", "gpus RUN", "each GPU over several samples, by role")
 async def gpus(req: CommandRequest) -> Reply:
     run = req.run(req.args[0])
-    verdict = await req.services.check(run)
-    return req.reply(render_slack.gpus_message(verdict, run.name, run.where), outcome=_probe_outcome(verdict))
+    verdict, held = await asyncio.gather(req.services.check(run), ownership(req.registry, run, req.allowed_runs(),
+                                                                             req.services.scheduler))
+    return req.reply(render_slack.gpus_message(verdict, run.name, run.where, host_lines=held),
+                     outcome=_probe_outcome(verdict))
 
 
 def n_option(words: list[str]) -> list[str]:

@@ -70,6 +70,7 @@ class Sshd:
     max_sessions: int = 10
     log_level: str = "ERROR"
     pct: bool = True  # False: no `pct` on its PATH (not a Proxmox node)
+    extra_bin: Path | None = None  # first on the sessions' PATH (a host's stand-in nvidia-smi)
     proc: subprocess.Popen | None = None
 
     @property
@@ -83,8 +84,9 @@ class Sshd:
     def write_config(self) -> Path:
         # SHLVL=1 stops bash from sourcing ~/.bashrc for ssh commands (this machine's is slow,
         # a stock Proxmox root's is not): the lab should time the transport, not a dotfile.
+        first = f"{self.extra_bin}:" if self.extra_bin else ""
         env = (
-            f"PATH={f'{PCT_BIN}:' if self.pct else ''}/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
+            f"PATH={first}{f'{PCT_BIN}:' if self.pct else ''}/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
             f"PCT_NODE={self.name} SHLVL=1"
         )
         cfg = self.dir / "sshd_config"
@@ -263,11 +265,12 @@ class SshLab:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
     def sshd(self, name: str = "pve1", *, max_sessions: int = 10, log_level: str = "ERROR",
-             trust: bool = True, pct: bool = True) -> Sshd:
-        """Create and start an sshd; trust=False leaves its key out of known_hosts, pct=False its PATH without pct."""
+             trust: bool = True, pct: bool = True, extra_bin: Path | None = None) -> Sshd:
+        """Create and start an sshd; trust=False leaves its key out of known_hosts, pct=False its PATH without pct;
+        extra_bin goes first on its PATH."""
         d = self.dir / f"sshd-{name}"
         d.mkdir()
-        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level, pct=pct)
+        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level, pct=pct, extra_bin=extra_bin)
         srv.pct_state.mkdir()
         keygen(srv.host_key)
         if trust:

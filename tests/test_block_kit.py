@@ -90,6 +90,11 @@ def every_message() -> Iterator[Case]:
     subcommands = [type("S", (), {"usage": f"cmd{i} RUN", "help": "h" * 80}) for i in range(12)]
     yield Case("slack.help_message", "with a note", rs.help_message(subcommands, note=HOSTILE), None)
     yield Case("slack.error_message", "hostile", rs.error_message(HOSTILE), None)
+    yield Case("slack.host_message", "hostile", rs.host_message(f"pve1 {HOSTILE}", HOSTILE.splitlines()), None)
+    yield Case("slack.host_message", "2000 lines", rs.host_message("discovered on pve1",
+                                                                   [f'log = "/w/{i}/{"x" * 150}.log"' for i in range(2000)]), None)
+    yield Case("slack.gpus_message", "host lines", rs.gpus_message(vs[0], "dflash", "pve1 CT 200",
+                                                                   host_lines=HOSTILE.splitlines()), "dflash")
     training = verdicts()["training"]
     for what, state in STATES.items():
         yield Case("alerts.parent", what, ra.parent("dflash", state, training, NOW), "dflash")

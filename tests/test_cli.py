@@ -251,7 +251,8 @@ def test_version_is_the_packages_own():
     assert 'dynamic = ["version"]' in (REPO / "pyproject.toml").read_text()  # one definition: pip reads the same
 
 
-COMMANDS = ["status", "gpus", "tail", "runs", "check-config", "doctor", "init", "serve", "preview", "replay", "plot", "demo"]
+COMMANDS = ["status", "gpus", "tail", "runs", "check-config", "doctor", "init", "serve", "preview", "replay", "plot", "demo",
+            "discover", "host"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -268,6 +269,8 @@ def test_every_command_has_real_help_with_its_arguments_and_exit_codes(command, 
         assert "RUN" in help_text and "unique prefix" in help_text
     if command in ("status", "gpus", "tail", "preview"):
         assert "\n  3  the run could not be reached" in help_text
+    if command in ("discover", "host"):
+        assert "HOST" in help_text and "host_view = true" in help_text and "\n  3  the host could not be reached" in help_text
 
 
 def test_every_command_is_in_the_help_test():

@@ -21,7 +21,10 @@ from typing import Any
 
 from bot.core.diagnose import unreachable
 from bot.core.verdict import Verdict
-from bot.probe.checkup import check_group_within, check_within
+from bot.core.host_view import HostView
+from bot.probe.checkup import PROBE_GRACE_S, check_group_within, check_within
+from bot.probe.host_probe import probe_host
+from bot.probe.host_script import PROC_ROOT
 from config.registry import LOCAL, Registry, Run
 
 # Probes at once, whatever their host. A local probe costs ~85 ms of CPU in bash and its children and
@@ -131,6 +134,8 @@ class Scheduler:
         self._parsers = {p: ThreadPoolExecutor(1, thread_name_prefix=f"parse-{p.name.lower()}") for p in Priority}
         self._inflight: dict[str, asyncio.Future] = {}  # run name -> the shared probe running for it
         self._recent: dict[str, tuple[Verdict, float]] = {}  # run name -> (verdict, clock() it came)
+        self._host_inflight: dict[tuple[str, bool, str], asyncio.Future] = {}  # the same for host probes
+        self._host_recent: dict[tuple[str, bool, str], tuple[HostView, float]] = {}
         self.probed = 0
 
     async def check(self, run: Run, *, previous: Verdict | None = None, priority: Priority = Priority.ASK,
@@ -211,6 +216,39 @@ class Scheduler:
             for run, verdict in zip(runs, verdicts):
                 self.history.record(run.name, verdict)
         return verdicts
+
+    async def host_view(self, host: str, *, discover: bool = False, priority: Priority = Priority.ASK,
+                        proc_root: str = PROC_ROOT) -> HostView:
+        """One probe of a host itself (outside every CT), within that host's cap and the overall one. Like
+        check(), everyone asking while it runs, or within FRESH_S of its answer, shares it (a team's
+        `/run gpus` of one box costs the box one look). `proc_root`: where its /proc is read (only tests set it)."""
+        key = (host, discover, proc_root)
+        recent = self._host_recent.get(key)
+        if recent is not None and self.clock() - recent[1] < FRESH_S:
+            return recent[0]
+        running = self._host_inflight.get(key)
+        if running is None:
+            running = self._host_inflight[key] = asyncio.ensure_future(
+                self._host_probe(host, discover, priority, proc_root))
+
+            def settled(done: asyncio.Future) -> None:
+                self._host_inflight.pop(key, None)
+                if not done.cancelled() and done.exception() is None:
+                    self._host_recent[key] = (done.result(), self.clock())
+            running.add_done_callback(settled)
+        return await asyncio.shield(running)
+
+    async def _host_probe(self, host: str, discover: bool, priority: Priority, proc_root: str) -> HostView:
+        gate = self.hosts.get(host, self.hosts[LOCAL])
+        async with gate.slot(priority), self.overall.slot(priority):
+            self.probed += 1
+            timeout = self.registry.bot.probe_timeout
+            try:
+                async with asyncio.timeout(timeout + PROBE_GRACE_S):
+                    return await probe_host(self.targets.host_runner(host), host, discover=discover, timeout=timeout,
+                                            proc_root=proc_root)
+            except TimeoutError:
+                return HostView(host, failure=f"the host probe on {host} took over {timeout:g} s", failure_kind="timeout")
 
     def _busy(self, run: Run, started: float, gate: FairGate) -> Verdict:
         where = "" if gate is self.overall else " on this machine" if run.host == LOCAL else f" on {run.host}"

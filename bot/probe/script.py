@@ -80,10 +80,8 @@ def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes:
 
 # The script body is constant: only the assignments above vary, so nothing from a run's
 # configuration is ever spliced into code. It needs bash, coreutils, grep, ps and /proc.
-_BODY = r"""
-export LC_ALL=C
-now() { printf '%s' "${EPOCHREALTIME:-$(date +%s)}"; }
-mark() { printf '\n@@RB:%s@@ %s\n' "$NONCE" "$1"; }
+# The section grammar (bot.core.sections) in bash: shared with the host probe (bot.probe.host_script).
+SECTION_FUNCTIONS = r"""mark() { printf '\n@@RB:%s@@ %s\n' "$NONCE" "$1"; }
 part() {  # part NAME FUNCTION: stdout as section NAME, then NAME.rc and NAME.err
   local name=$1 err rc
   mark "$name"
@@ -91,7 +89,12 @@ part() {  # part NAME FUNCTION: stdout as section NAME, then NAME.rc and NAME.er
   mark "$name.rc"; printf '%s' "$rc"
   if [ -n "$err" ]; then mark "$name.err"; printf '%s' "${err:0:2000}"; fi
 }
+"""
 
+_BODY = r"""
+export LC_ALL=C
+now() { printf '%s' "${EPOCHREALTIME:-$(date +%s)}"; }
+""" + SECTION_FUNCTIONS + r"""
 gpu_window() { $GPU_T nvidia-smi -q -d UTILIZATION; }
 
 gpu_read() {  # reading N: `# sample N t=… rc=N`, then the rows (stderr merged: the parser reads failures from it)

@@ -23,11 +23,18 @@ class Targets:
         """A runner on a host (LOCAL: this machine), inside `container` when it is set."""
         if host == LOCAL:
             return self._local
+        return self._ssh_pool().runner(host, container)
+
+    def host_runner(self, host: str) -> Runner:
+        """A runner on the host itself, outside every CT (the host view's probe)."""
+        return self._local if host == LOCAL else self._ssh_pool().runner(host, None)
+
+    def _ssh_pool(self):
         if self._pool is None:
             from bot.probe.ssh import SshPool  # noqa: PLC0415 - asyncssh only when a host needs it
 
             self._pool = SshPool(self._registry.hosts)  # the config's hosts are what the transport connects with
-        return self._pool.runner(host, container)
+        return self._pool
 
     async def close(self) -> None:
         if self._pool is not None:

@@ -245,8 +245,10 @@ def status_message(v: Verdict, run_name: str, where: str = "", *, muted_until: f
                     [*verdict_blocks(v, run_name, muted_until=muted_until), _about(v, where), buttons(run_name)])
 
 
-def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Message:
-    """The /run gpus answer: the role summary, then one short row per GPU with a sparkline of its samples."""
+def gpus_message(v: Verdict, run_name: str | None = None, where: str = "", *,
+                 host_lines: Sequence[str] = ()) -> Message:
+    """The /run gpus answer: the role summary, then one short row per GPU with a sparkline of its samples, then
+    what the host says of who holds them (bot.render.host.ownership) when there is something to say."""
     name = run_name or v.run
     blocks = verdict_blocks(v, name, facts=False)
     text = [lead(name, verdict_line(v))]
@@ -274,6 +276,10 @@ def gpus_message(v: Verdict, run_name: str | None = None, where: str = "") -> Me
             placed.update(g.index for g in members)
         code, _ = code_sections(_code_lines(_cleaned(rows), CODE_WIDTH), MAX_TOTAL // 2)
         blocks += code
+    if host_lines:
+        said = [safe(line) for line in host_lines]
+        blocks.append(section("\n".join(said)))
+        text += said
     blocks += [_about(v, where), buttons(name)]
     return _message(text, blocks)
 
@@ -365,6 +371,15 @@ def help_message(subcommands: Iterable[Any], note: str | None = None) -> Message
                           "channel (otherwise only you see the answer) · `/run` alone = `/run runs`"))
     text = ([safe(note)] if note else []) + ["/run commands:"] + [f"/run {safe(c.usage)} — {safe(c.help)}" for c in subcommands]
     return _message(text, blocks)
+
+
+def host_message(title: str, lines: Sequence[str]) -> Message:
+    """/run host and /run discover: a title, then the lines as code (discover's blocks paste from there whole)."""
+    code, left_out = code_sections(_code_lines(_cleaned(lines), LINE_COLS), MAX_TOTAL - 500)
+    blocks = [section(f"*{safe(title)}*"), *code]
+    if left_out:
+        blocks.append(context(f"… the first {left_out} lines left out (Slack's size limit): `runbot` prints them all"))
+    return _message([safe(title), *(safe(line) for line in lines)], blocks)
 
 
 def error_message(text: str) -> Message:

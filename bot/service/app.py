@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Mapping
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from handlers import actions, commands, doctor, history, plot, watch
+from handlers import actions, commands, doctor, history, host, plot, watch
 from bot.service.slack_http import web_api_retries
 from bot.probe.scheduler import Priority, Scheduler
 from bot.probe.targets import Targets
@@ -24,7 +24,7 @@ from config.settings import Settings
 log = logging.getLogger("runbot.app")
 
 # The listener modules, each with register(app); their subcommands are listed in /run help in this order.
-LISTENERS = (commands, actions, watch, plot, history, doctor)
+LISTENERS = (commands, actions, watch, plot, history, host, doctor)
 
 @dataclass
 class Services:
