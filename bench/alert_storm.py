@@ -39,6 +39,11 @@ from tests.slack_stub import BOT_TOKEN, SlackStub  # noqa: E402
 STEPS = "".join(f"step={i} loss=2.{i} tok/s=14200\n" for i in range(1, 6))
 CRASH = STEPS + "Traceback (most recent call last):\n  File \"train.py\", line 9\ntorch.OutOfMemoryError: CUDA out of memory.\n"
 EVERY_S = 22 / 3
+
+
+def steps(last: int) -> str:
+    return "".join(f"step={i} loss=2.{i % 10} tok/s=14200\n" for i in range(max(1, last - 4), max(1, last) + 1))
+
 CRASH_AT = 7
 
 
@@ -54,8 +59,10 @@ def make(folder: Path, stub: SlackStub, text: str, runner_for, clock) -> Watchdo
     registry = parse_registry(text, folder / "runs.toml")
     settings = Settings(_env_file=None, slack_bot_token=BOT_TOKEN, slack_api_base_url=stub.api_url)
     targets = type("Targets", (), {"runner_for": lambda self, run: runner_for(run)})()
-    return Watchdog(registry, targets, StateFile.open(folder / "state.sqlite3"), SlackChat(make_client(settings)),
-                    clock=clock)
+    wd = Watchdog(registry, targets, StateFile.open(folder / "state.sqlite3"), SlackChat(make_client(settings)),
+                  clock=clock)
+    wd.probes.group_max = 1  # the canned runners answer for one run: each run its own probe
+    return wd
 
 
 async def storm(stub: SlackStub, runs: int, minutes: float, *, fold: bool, reserve: bool) -> dict:
@@ -67,7 +74,10 @@ async def storm(stub: SlackStub, runs: int, minutes: float, *, fold: bool, reser
             crashed = sweep[0] >= CRASH_AT
             return CannedRunner(lambda: sections(CRASH if crashed else STEPS, age=1.0,
                                                  writers=() if crashed else ((7, 60, "python3 train.py"),)))
-        return CannedRunner(lambda: sections(STEPS, age=60.0 if sweep[0] % 3 == 0 else 1.0))
+        # Every third sweep silent for a minute, else a new step: the step must advance to count as progress
+        # (runbot compares it with the last probe's), so a healthy sweep prints one more.
+        return CannedRunner(lambda: sections(steps(sweep[0] - 1 if sweep[0] % 3 == 0 else sweep[0]),
+                                             age=60.0 if sweep[0] % 3 == 0 else 1.0))
 
     with tempfile.TemporaryDirectory() as tmp, mock.patch.object(budget, "RESERVED", budget.RESERVED if reserve else 0.0), \
             mock.patch("bot.service.watchdog.RESERVED", budget.RESERVED if reserve else 0.0):
@@ -90,7 +100,7 @@ async def frozen_disk(stub: SlackStub) -> dict:
     stub.reset()
     thaw = threading.Event()
     with tempfile.TemporaryDirectory() as tmp, \
-            mock.patch.object(Store, "apply", lambda self, changes: thaw.wait(60)), \
+            mock.patch.object(Store, "apply", lambda self, *changes: thaw.wait(60)), \
             mock.patch.object(Store, "dump", lambda self, ledger: thaw.wait(60)):
         folder = Path(tmp)
         log = folder / "train.log"

@@ -125,6 +125,7 @@ class Scheduler:
                  clock: Callable[[], float] = time.monotonic, save_probe: Path | None = None) -> None:
         self.registry, self.targets, self.history, self.clock = registry, targets, history, clock
         self.save_probe = save_probe  # keep every probe's raw output here (`--save-probe`)
+        self.group_max = GROUP_MAX  # runs one probe reads at most (1: each run its own probe, as canned runners need)
         # A slot of each kept for people (two overall): a question starts at once, even mid-sweep.
         self.overall = FairGate(probes_at_once, reserved=ASK_RESERVED + 1)
         self.hosts = {name: FairGate(h.max_channels, reserved=ASK_RESERVED) for name, h in registry.hosts.items()}

@@ -178,7 +178,7 @@ class Watchdog:
             if host in self.registry.hosts and len(runs) >= HOST_GROUP_MIN:
                 groups.append((host, runs))
             else:
-                groups += [(None, batch) for batch in batches(runs)]
+                groups += [(None, batch) for batch in batches(runs, self.probes.group_max)]
         return groups
 
     async def _probe_all(self, runs: list[Run]) -> list[Verdict]:
@@ -189,7 +189,7 @@ class Watchdog:
             for run, verdict in zip(batch, await self.probes.check_group(batch, self.verdicts)):
                 found[run.name] = verdict
 
-        await asyncio.gather(*(one(batch) for batch in batches(runs)))
+        await asyncio.gather(*(one(batch) for batch in batches(runs, self.probes.group_max)))
         return [found[run.name] for run in runs]
 
     def _urgency(self, run_name: str) -> int:
