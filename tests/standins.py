@@ -14,8 +14,9 @@ from typing import Iterator, Sequence
 from bot.demo.smi import NOT_AVAILABLE, Samples, SmiGpu, bus_id, utilization_report
 
 REPO = Path(__file__).resolve().parents[1]
-# ../shared/fixtures/real, copied byte for byte with its README: the tests need nothing beside the clone.
-SHARED_REAL = REPO / "tests" / "fixtures" / "real"
+# Real captures from a GPU job, kept in the repository (copied byte for byte from the team's shared folder, with its
+# README): the tests read only this, never anything beside the clone.
+REAL_FIXTURES = REPO / "tests" / "fixtures" / "real"
 
 
 _ROW = re.compile(r"\s*([0-9]+)\s*,(.*)")  # a data row of the old four-column query: `0, 3133, 143771, 14`

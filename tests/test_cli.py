@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.standins import REPO, SHARED_REAL, writer_holding
+from tests.standins import REPO, REAL_FIXTURES, writer_holding
 
 
 def runbot(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -22,8 +22,8 @@ def runbot(*args: str, env: dict | None = None, cwd: Path | None = None) -> subp
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    (tmp_path / "oom.log").write_bytes((SHARED_REAL / "train_oom.log").read_bytes())
-    (tmp_path / "ok.log").write_bytes((SHARED_REAL / "train_ok.log").read_bytes())
+    (tmp_path / "oom.log").write_bytes((REAL_FIXTURES / "train_oom.log").read_bytes())
+    (tmp_path / "ok.log").write_bytes((REAL_FIXTURES / "train_ok.log").read_bytes())
     path = tmp_path / "runs.toml"
     path.write_text(
         '[defaults]\ngpu_samples = 1\n'

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.sshd import SKIP_REASON, SshLab, have_sshd
-from tests.standins import SHARED_REAL, writer_holding
+from tests.standins import REAL_FIXTURES, writer_holding
 from tests.test_cli import runbot
 
 pytestmark = pytest.mark.skipif(not have_sshd(), reason=SKIP_REASON)
@@ -20,7 +20,7 @@ def cluster(tmp_path: Path):
     srv.set_ct(200, "running")
     srv.set_ct(201, "stopped")
     log = tmp_path / "train.log"
-    real = (SHARED_REAL / "train_ok.log").read_bytes()
+    real = (REAL_FIXTURES / "train_ok.log").read_bytes()
     log.write_bytes(real[: real.index(b"step=12 ")])
     config = tmp_path / "runs.toml"
     config.write_text(

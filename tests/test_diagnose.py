@@ -14,10 +14,10 @@ from bot.core.stages import words
 from bot.core.verdict import Concern, Level, Phase, Worry
 from bot.render.facts import Row, rows as fact_rows
 from tests.builders import KEY_BODY, evidence, gpu_section
-from tests.standins import SHARED_REAL
+from tests.standins import REAL_FIXTURES
 
-OK_LOG = (SHARED_REAL / "train_ok.log").read_bytes()
-OOM_LOG = (SHARED_REAL / "train_oom.log").read_bytes()
+OK_LOG = (REAL_FIXTURES / "train_ok.log").read_bytes()
+OOM_LOG = (REAL_FIXTURES / "train_oom.log").read_bytes()
 BAR_27 = OK_LOG[: OK_LOG.index(b"\rLoading weights:  55%")]  # caught mid-bar, as a probe would
 BAR_DONE = OK_LOG[: OK_LOG.index(b"step=2 ")]
 TEN_STEPS = OK_LOG[: OK_LOG.index(b"step=12 ")]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.standins import SHARED_REAL
+from tests.standins import REAL_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +20,7 @@ from bot.core.crashes import find_crashes
 from bot.core.markers import Mark, find_markers
 from bot.core.formats import last_bar_frame, parse_bar, parse_step, step_grep_ere
 
-REAL = SHARED_REAL
+REAL = REAL_FIXTURES
 R, G, Y, B, C, M, X = (f"\x1b[{n}m" for n in (31, 32, 33, 34, 36, 35, 39))
 
 

@@ -18,9 +18,9 @@ from bot.core.gpus import (
     parse_gpu_section,
     parse_query_csv,
 )
-from tests.standins import SHARED_REAL
+from tests.standins import REAL_FIXTURES
 
-REAL = SHARED_REAL
+REAL = REAL_FIXTURES
 
 DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
           "Make sure that the latest NVIDIA driver is installed and running.")

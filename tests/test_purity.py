@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.standins import REPO
 
@@ -36,3 +37,12 @@ def test_the_core_and_renderers_never_reach_into_the_edges():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     outside = {m for m in out.stdout.split() if not m.startswith(("bot.core", "bot.render"))}
     assert outside == set(), outside
+
+
+def test_the_tests_read_nothing_beside_the_clone():
+    """A plain `git clone` has no ../shared: every fixture a test reads lives under tests/fixtures."""
+    here = Path(__file__).resolve().parent
+    outside = [f"{p.name}:{n}" for p in sorted(here.rglob("*.py")) if p.name != Path(__file__).name
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               if "../" + "shared" in line or "parents[2]" in line or "/work/shared" in line]
+    assert outside == [], outside

@@ -14,10 +14,10 @@ from bot.probe.checkup import check
 from bot.probe.runners import LocalRunner
 from bot.core.verdict import Phase
 from bot.probe.replay import DefaultRun
-from tests.standins import SHARED_REAL, fake_nvidia_smi, path_with, set_age, writer_holding
+from tests.standins import REAL_FIXTURES, fake_nvidia_smi, path_with, set_age, writer_holding
 
-OK_LOG = (SHARED_REAL / "train_ok.log").read_bytes()
-OOM_LOG = (SHARED_REAL / "train_oom.log").read_bytes()
+OK_LOG = (REAL_FIXTURES / "train_ok.log").read_bytes()
+OOM_LOG = (REAL_FIXTURES / "train_oom.log").read_bytes()
 
 
 def real_run(log: str, **kw) -> DefaultRun:
@@ -35,7 +35,7 @@ class Sample:
 
 def timeline() -> list[Sample]:
     samples = []
-    for block in (SHARED_REAL / "timeline_ok.txt").read_text().split("=== ")[1:]:
+    for block in (REAL_FIXTURES / "timeline_ok.txt").read_text().split("=== ")[1:]:
         head = re.match(r"t=(\S+) size=(\d+) mtime=(\d+)", block)
         smi = block.split("--- smi\n", 1)[1].split("--- apps", 1)[0].strip().splitlines()
         samples.append(Sample(float(head[1]), int(head[2]), int(head[3]), smi))
@@ -113,7 +113,7 @@ def test_training_reads_gpu0_busy_across_samples(tmp_path):
 
 
 def test_oom_crash_with_the_writer_gone(tmp_path):
-    idle = (SHARED_REAL / "nvidia-smi_q_nounits_idle.txt").read_text().rsplit("rc=", 1)[0]
+    idle = (REAL_FIXTURES / "nvidia-smi_q_nounits_idle.txt").read_text().rsplit("rc=", 1)[0]
     v = probe(tmp_path, OOM_LOG, 3, [idle], alive=False)
     assert v.phase is Phase.CRASHED
     assert v.headline.startswith("crashed — torch.OutOfMemoryError: CUDA out of memory.")
@@ -142,7 +142,7 @@ def test_silent_run_names_the_idle_gpu(tmp_path):
     ],
 )
 def test_failing_nvidia_smi_is_reported_not_mistaken_for_idle(tmp_path, capture, words):
-    text, rc = (SHARED_REAL / capture).read_text().rsplit("rc=", 1)
+    text, rc = (REAL_FIXTURES / capture).read_text().rsplit("rc=", 1)
     log = tmp_path / "train.log"
     log.write_bytes(OK_LOG[:600])
     bin_dir = tmp_path / "bin"
