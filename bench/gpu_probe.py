@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.gpu_window import LOAD  # noqa: E402
+from bench.gpu_window import LOADS, gpu_load  # noqa: E402
 from bot.core.facts import GpuReadings, GpuSample  # noqa: E402
 from bot.core.gpus import classify  # noqa: E402
 from bot.probe.checkup import verdict_from_output  # noqa: E402
@@ -86,17 +86,11 @@ def main() -> int:
         window_env = {"PATH": os.environ["PATH"]}
         fallback_env = {"PATH": f"{fallback_bin}:{os.environ['PATH']}"}
         rows = []
-        for name, duty in (("steady", 1.0), ("duty50", 0.5), ("idle", None)):
-            load = None
-            if duty is not None:
-                load = subprocess.Popen([sys.executable, "-c", LOAD, str(duty)], stdout=subprocess.PIPE, text=True)
-                assert load.stdout is not None and load.stdout.readline().strip() == "ready"
-            ref = reference()  # the driver's window now covers the same 14 s of this load
-            new_walls, new_classes, new_basis = probes(run, window_env, args.n)
-            old_walls, old_classes, old_basis = probes(run, fallback_env, args.n)
-            if load is not None:
-                load.kill()
-                load.wait()
+        for name, duty in LOADS:
+            with gpu_load(duty):
+                ref = reference()  # the driver's window now covers the same 14 s of this load
+                new_walls, new_classes, new_basis = probes(run, window_env, args.n)
+                old_walls, old_classes, old_basis = probes(run, fallback_env, args.n)
             rows.append((name, reference_class(ref), len(ref), min(ref), statistics.mean(ref), max(ref),
                          statistics.median(new_walls), new_classes, new_basis,
                          statistics.median(old_walls), old_classes, old_basis))

@@ -28,10 +28,12 @@ one `-q` call and an awk check; the window path pays no sleep at all.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 LOAD = r"""
@@ -48,6 +50,24 @@ while True:
     if duty < 1.0:
         time.sleep(1.0 - duty)
 """
+LOADS = (("steady", 1.0), ("duty50", 0.5), ("idle", None))  # (name, share of each second spent computing)
+
+
+@contextlib.contextmanager
+def gpu_load(duty: float | None) -> Iterator[subprocess.Popen | None]:
+    """A matmul loop on GPU 0 busy `duty` of each second (None: nothing runs), until the block ends."""
+    if duty is None:
+        yield None
+        return
+    proc = subprocess.Popen([sys.executable, "-c", LOAD, str(duty)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 QUERY_GPU = ["nvidia-smi", "--query-gpu=index,pci.bus_id,uuid,memory.used,memory.total,utilization.gpu",
              "--format=csv,noheader,nounits"]
 QUERY_APPS = ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
@@ -68,21 +88,16 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, duty in (("steady", 1.0), ("duty50", 0.5), ("idle", None)):
-        proc = None
-        if duty is not None:
-            proc = subprocess.Popen([sys.executable, "-c", LOAD, str(duty)], stdout=subprocess.PIPE, text=True)
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(16)  # the driver's window is about 14 s: fill it with this load alone
-        util, util_s = timed(UTILIZATION)
-        query, query_s = timed(QUERY_GPU)
-        apps, _ = timed(QUERY_APPS, 1)
-        (out / f"{name}.utilization.txt").write_text(util)
-        (out / f"{name}.query-gpu.csv").write_text(query + (apps and "# --query-compute-apps\n" + apps))
-        if proc is not None:
-            (out / f"{name}.cgroup.txt").write_text(Path(f"/proc/{proc.pid}/cgroup").read_text())
-            proc.kill()
-            proc.wait()
+    for name, duty in LOADS:
+        with gpu_load(duty) as proc:
+            time.sleep(16)  # the driver's window is about 14 s: fill it with this load alone
+            util, util_s = timed(UTILIZATION)
+            query, query_s = timed(QUERY_GPU)
+            apps, _ = timed(QUERY_APPS, 1)
+            (out / f"{name}.utilization.txt").write_text(util)
+            (out / f"{name}.query-gpu.csv").write_text(query + (apps and "# --query-compute-apps\n" + apps))
+            if proc is not None:
+                (out / f"{name}.cgroup.txt").write_text(Path(f"/proc/{proc.pid}/cgroup").read_text())
         block = util.split("GPU Utilization Samples")[-1].split("Memory Utilization Samples")[0]
         values = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines()) if v}
         rows.append((name, values.get("Max", "?"), values.get("Min", "?"), values.get("Avg", "?"),

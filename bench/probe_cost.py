@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bot.probe.replay import DefaultRun  # noqa: E402
 from bot.probe.script import build_script  # noqa: E402
 from bot.service.app import Services  # noqa: E402
 from bot.probe.targets import Targets  # noqa: E402
@@ -67,11 +68,8 @@ def main() -> int:
         config = folder / "runs.toml"
         config.write_text(f'[defaults]\ngpu_samples = {args.gpu_samples}\n[runs.local]\nhost = "local"\nlog = "{log}"\n')
 
-        class Run:
-            step_pattern, gpu_samples = None, args.gpu_samples
-        Run.log = str(log)
         script = folder / "probe.sh"
-        script.write_text(build_script(Run(), "abcdef0123456789"))
+        script.write_text(build_script(DefaultRun("local", log=str(log), gpu_samples=args.gpu_samples), "abcdef0123456789"))
         with writer_holding(log):
             bare = median_s(lambda: subprocess.run(["bash", str(script)], capture_output=True, check=False), args.n)
             cli = median_s(lambda: subprocess.run([sys.executable, "-m", "bot", "--config", str(config), "status", "local"],

@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bot.probe.replay import DefaultRun
 from bot.probe.scheduler import Priority
 from bot.probe.script import _BODY, build_script
 from bot.service.state_file import StateFile
@@ -107,10 +108,7 @@ def make_runs(folder: Path, n: int, log_kib: int, ssh: list | None = None, ssh_r
 
 def section_costs(log: Path, repeat: int = 40) -> list[tuple[str, float]]:
     """CPU ms of each probe section, run `repeat` times in one bash (the definitions only, then calls)."""
-    class Run:
-        step_pattern, gpu_samples = None, 1
-    Run.log = str(log)
-    head = build_script(Run(), "abcdef0123456789").split(_BODY)[0]
+    head = build_script(DefaultRun("bench", log=str(log)), "abcdef0123456789").split(_BODY)[0]
     defs = _BODY.split("exec 4< <(gpu_rounds)")[0]
     out = []
     defs += 'LOG=${LOGS[0]}; STEP_ERE=${STEP_ERES[0]}; R=0; scan >/dev/null\n'  # one run's values, as the loop sets them
