@@ -48,7 +48,7 @@ async def warm_asks(services: Services, run, n: int) -> float:
     await services.check(run)  # opens the connection
     times = []
     for _ in range(n):
-        services.scheduler._recent.clear()  # each question a probe of its own, not the last answer again
+        services.scheduler.answers.forget()  # each question a probe of its own, not the last answer again
         t = time.perf_counter()
         await services.check(run)
         times.append(time.perf_counter() - t)

@@ -15,9 +15,9 @@ import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from bot.core.diagnose import unreachable
 from bot.core.verdict import Verdict
@@ -50,6 +50,10 @@ def batches(runs: Iterable[Run], most: int = GROUP_MAX) -> list[list[Run]]:
     for run in runs:
         where.setdefault((run.host, run.container), []).append(run)
     return [group[i:i + most] for group in where.values() for i in range(0, len(group), most)]
+
+
+K = TypeVar("K")
+T = TypeVar("T")
 
 
 class Priority(enum.IntEnum):
@@ -117,6 +121,36 @@ class FairGate:
             self.release()
 
 
+class Shared(Generic[K, T]):
+    """One call per key at a time: whoever asks while it runs, or within `fresh` seconds of its answer, gets that
+    answer. `keep` says which answers may be handed out again (a "busy" answer was no probe at all)."""
+
+    def __init__(self, clock: Callable[[], float], fresh: float = FRESH_S,
+                 keep: Callable[[T], bool] = lambda answer: True) -> None:
+        self.clock, self.fresh, self.keep = clock, fresh, keep
+        self._running: dict[K, asyncio.Future] = {}
+        self._answers: dict[K, tuple[T, float]] = {}  # key -> (answer, clock() it came)
+
+    async def get(self, key: K, call: Callable[[], Awaitable[T]]) -> T:
+        answer = self._answers.get(key)
+        if answer is not None and self.clock() - answer[1] < self.fresh:
+            return answer[0]
+        running = self._running.get(key)
+        if running is None:
+            running = self._running[key] = asyncio.ensure_future(call())
+            running.add_done_callback(lambda done: self._settled(key, done))
+        return await asyncio.shield(running)  # a caller that gives up must not cancel the others' call
+
+    def _settled(self, key: K, done: asyncio.Future) -> None:
+        self._running.pop(key, None)
+        if not done.cancelled() and done.exception() is None and self.keep(done.result()):
+            self._answers[key] = (done.result(), self.clock())
+
+    def forget(self) -> None:
+        """Hand out no earlier answer again (each next question gets a call of its own)."""
+        self._answers.clear()
+
+
 class Scheduler:
     """Probes runs through `targets`, within the caps; one per process, shared by everyone who asks."""
 
@@ -133,10 +167,10 @@ class Scheduler:
         # Parsing is CPU under one GIL: more threads add no throughput, only starve the event loop (its lag
         # p99 was ~200 ms with the default pool mid-sweep). One thread for questions, one for sweeps.
         self._parsers = {p: ThreadPoolExecutor(1, thread_name_prefix=f"parse-{p.name.lower()}") for p in Priority}
-        self._inflight: dict[str, asyncio.Future] = {}  # run name -> the shared probe running for it
-        self._recent: dict[str, tuple[Verdict, float]] = {}  # run name -> (verdict, clock() it came)
-        self._host_inflight: dict[tuple[str, bool, str], asyncio.Future] = {}  # the same for host probes
-        self._host_recent: dict[tuple[str, bool, str], tuple[HostView, float]] = {}
+        # Questions share probes: of a run by its name ("busy" was no probe: never handed out again), of a host by
+        # what was asked of it.
+        self.answers: Shared[str, Verdict] = Shared(clock, keep=lambda v: v.failure_kind != "busy")
+        self.host_answers: Shared[tuple[str, bool, str], HostView] = Shared(clock)
         self.probed = 0
 
     async def check(self, run: Run, *, previous: Verdict | None = None, priority: Priority = Priority.ASK,
@@ -152,20 +186,7 @@ class Scheduler:
         """
         if previous is not None or priority is Priority.SWEEP:
             return await self._probe(run, previous, priority, wait)
-        recent = self._recent.get(run.name)
-        if recent is not None and self.clock() - recent[1] < FRESH_S:
-            return recent[0]
-        running = self._inflight.get(run.name)
-        if running is None:
-            running = self._inflight[run.name] = asyncio.ensure_future(self._probe(run, None, priority, wait))
-            running.add_done_callback(lambda done: self._settled(run.name, done))
-        return await asyncio.shield(running)  # a caller that gives up must not cancel the others' probe
-
-    def _settled(self, name: str, done: asyncio.Future) -> None:
-        self._inflight.pop(name, None)
-        # "Busy" was no probe: the next person to ask must get one, not that answer again.
-        if not done.cancelled() and done.exception() is None and done.result().failure_kind != "busy":
-            self._recent[name] = (done.result(), self.clock())
+        return await self.answers.get(run.name, lambda: self._probe(run, None, priority, wait))
 
     async def _probe(self, run: Run, previous: Verdict | None, priority: Priority, wait: float | None) -> Verdict:
         timeout = self.registry.bot.probe_timeout
@@ -223,21 +244,8 @@ class Scheduler:
         """One probe of a host itself (outside every CT), within that host's cap and the overall one. Like
         check(), everyone asking while it runs, or within FRESH_S of its answer, shares it (a team's
         `/run gpus` of one box costs the box one look). `proc_root`: where its /proc is read (only tests set it)."""
-        key = (host, discover, proc_root)
-        recent = self._host_recent.get(key)
-        if recent is not None and self.clock() - recent[1] < FRESH_S:
-            return recent[0]
-        running = self._host_inflight.get(key)
-        if running is None:
-            running = self._host_inflight[key] = asyncio.ensure_future(
-                self._host_probe(host, discover, priority, proc_root))
-
-            def settled(done: asyncio.Future) -> None:
-                self._host_inflight.pop(key, None)
-                if not done.cancelled() and done.exception() is None:
-                    self._host_recent[key] = (done.result(), self.clock())
-            running.add_done_callback(settled)
-        return await asyncio.shield(running)
+        return await self.host_answers.get((host, discover, proc_root),
+                                           lambda: self._host_probe(host, discover, priority, proc_root))
 
     async def _host_probe(self, host: str, discover: bool, priority: Priority, proc_root: str) -> HostView:
         gate = self.hosts.get(host, self.hosts[LOCAL])
