@@ -16,10 +16,12 @@ _PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|d|h|m|s)")
 
 
 def parse_duration(value: object, key: str, *, allow_zero: bool = False) -> float:
-    """Seconds from "90s", "10m", "2h", "1d", "1h30m", "500ms", or a plain number of seconds.
+    """Seconds from "90s", "10m", "2h", "1d", "1h30m", "500ms".
 
     Raises ValueError `KEY: bad duration … (use e.g. …)` for anything else, including
-    booleans, negative numbers and zero (unless `allow_zero`). An empty `key` leaves the
+    booleans, negative numbers, zero (unless `allow_zero`) and a number with no unit: whoever
+    writes `loading_grace = 45` means 45 minutes as often as 45 seconds, and a guess either way
+    pages someone 60 times too early or too late. Zero needs no unit. An empty `key` leaves the
     prefix out (the registry puts the key in its ConfigError instead).
     """
     try:
@@ -40,6 +42,7 @@ def format_duration(seconds: float) -> str:
 
 def _duration(value: object, allow_zero: bool) -> float:
     bad = f"bad duration {show(value)} {_DURATION_HINT}"
+    unitless = True  # a bare number: fine for zero only
     if isinstance(value, bool):
         raise ValueError(bad)
     if isinstance(value, (int, float)):
@@ -54,6 +57,7 @@ def _duration(value: object, allow_zero: bool) -> float:
         if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", body):
             seconds = float(body)
         elif _DURATION_RE.fullmatch(body):
+            unitless = False
             parts = _PART_RE.findall(body)
             units = [unit for _, unit in parts]
             order = list(_UNITS)
@@ -73,6 +77,9 @@ def _duration(value: object, allow_zero: bool) -> float:
     if seconds < 0 or (seconds == 0 and not allow_zero):
         least = "zero or more" if allow_zero else "more than zero"
         raise ValueError(f"bad duration {show(value)}: must be {least} {_DURATION_HINT}")
+    if seconds and unitless:
+        n = f"{seconds:g}"
+        raise ValueError(f'bad duration {show(value)}: no unit (write "{n}s" for seconds or "{n}m" for minutes)')
     if seconds > MAX_DURATION:
         raise ValueError(f"bad duration {show(value)}: at most 365d")
     return seconds

@@ -142,6 +142,8 @@ FAULTS = [
     (run_toml(silence_after='"30m1h"'), "runs.x.silence_after", "each unit once, largest first"),
     (run_toml(silence_after='"400d"'), "runs.x.silence_after", "at most 365d"),
     (run_toml(loading_grace='"0"'), "runs.x.loading_grace", "must be more than zero"),
+    (run_toml(loading_grace="45"), "runs.x.loading_grace", 'no unit (write "45s" for seconds or "45m" for minutes)'),
+    ("[bot]\ncheck_every = 30\n", "bot.check_every", 'no unit (write "30s"'),
     ('[defaults]\nsilence_after = "ten"\n', "defaults.silence_after", "bad duration"),
     ('[bot]\ncheck_every = "1 minute"\n', "bot.check_every", "bad duration"),
     ("[bot]\ncheck_every = 0\n", "bot.check_every", "must be more than zero"),
@@ -650,9 +652,6 @@ DURATIONS = [
     ("1.5h", 5400.0),
     ("1s", 1.0),
     (" 10m ", 600.0),
-    ("45", 45.0),
-    (90, 90.0),
-    (0.25, 0.25),
     ("365d", 365 * 86400.0),
 ]
 
@@ -665,9 +664,8 @@ def test_parse_duration(value: object, seconds: float) -> None:
 BAD_DURATIONS = [
     "10 minutes", "auto", "", "m", "10", "1h 30m", "10M", "1w", "5m5m", "30m1h", "1e3s", "0x10",
     "-5m", "-1", "0", "0s", "0ms", ".5s", "5.s", "٥s", "inf", "nan", True, False, -1, 0, 0.0,
-    float("inf"), float("nan"), None, [1], {"s": 1}, 10**400, "366d",
+    float("inf"), float("nan"), None, [1], {"s": 1}, 10**400, "366d", "45", 90, 0.25, " 7 ",
 ]  # fmt: skip
-BAD_DURATIONS.remove("10")  # a digit string is seconds: "10" is fine
 
 
 @pytest.mark.parametrize("value", BAD_DURATIONS, ids=repr)
@@ -677,6 +675,18 @@ def test_parse_duration_refuses(value: object) -> None:
     message = str(caught.value)
     assert message.startswith("runs.x.silence_after: bad duration ")
     assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("value", "fix"), [(45, '"45s" for seconds or "45m" for minutes'), ("90", '"90s"'), (0.5, '"0.5s"')])
+def test_a_duration_without_a_unit_is_refused_with_its_fix(value: object, fix: str) -> None:
+    """`loading_grace = 45` was 45 seconds; whoever wrote it may have meant minutes (issue 22)."""
+    with pytest.raises(ValueError, match="no unit") as caught:
+        parse_duration(value, "k")
+    assert fix in str(caught.value)
+
+
+def test_zero_needs_no_unit() -> None:
+    assert parse_duration(0, "k", allow_zero=True) == parse_duration("0", "k", allow_zero=True) == 0.0
 
 
 def test_parse_duration_hint_and_zero() -> None:
@@ -871,6 +881,27 @@ def test_one_mistake_is_one_fault_not_a_cascade(text, key) -> None:
     with pytest.raises(ConfigError) as caught:
         parse(text)
     assert [f.key for f in faults_of(caught.value)] == [key]
+
+
+@pytest.mark.parametrize("text, faults", [
+    # a run whose host is unknown still has its relative log named (issue 22 #3)
+    ('[runs.x]\nhost = "pve9"\nlog = "rel/x.log"\n', [("runs.x.host", 'unknown host "pve9"'), ("runs.x.log", 'relative path "rel/x.log"')]),
+    # every bad role, and a GPU in two roles behind a bad first role
+    (run_toml(gpus='{a = [-1], b = ["x"], c = [0], d = [0]}'), [
+        ("runs.x.gpus.a", "bad GPU index -1"), ("runs.x.gpus.b", 'bad GPU index "x"'),
+        ("runs.x.gpus.d", 'GPU 0 is already in role "c"')]),
+])
+def test_faults_behind_other_faults_are_reported_too(text, faults) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(text)
+    assert [(f.key, f.fault.split(" (")[0]) for f in faults_of(caught.value)] == faults
+
+
+def test_a_backslash_in_a_double_quoted_pattern_says_how_to_write_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse('[runs.x]\nhost = "local"\nlog = "/x.log"\nstep_pattern = "step=\\d+"\n')
+    assert caught.value.key == "line 4, column 24"
+    assert "single quotes, 'step=\\d+'" in caught.value.fault
 
 
 def test_a_lone_fault_is_exactly_the_one_line_it_always_was() -> None:
