@@ -251,6 +251,8 @@ def _syntax_error(path: Path, exc: Exception) -> ConfigError:
         return ConfigError(path, "", f"invalid TOML: {message}")
     what, line, column = found.groups()
     where = f"line {line}, column {column}" if line else "end of file"
+    if what.startswith("Unescaped '\\'"):  # step_pattern = "step=\d+": TOML's "…" reads \d as an escape
+        what += " (in \"…\" a backslash starts an escape: write a pattern in single quotes, 'step=\\d+', or double it)"
     return ConfigError(path, where, f"invalid TOML: {what}")
 
 
@@ -280,6 +282,9 @@ class _Parser(Validator):
         """One unit of the walk (a value, a host, a run): its fault is noted and the walk goes on."""
         try:
             yield
+        except ConfigFaults as faults:  # a value with several faults of its own (gpus: one per role)
+            for fault in faults.faults:
+                self.note(fault)
         except ConfigError as fault:
             self.note(fault)
 
@@ -386,6 +391,11 @@ class _Parser(Validator):
             self.fail(f"{key}.host", f'missing (a [hosts.*] name or "{LOCAL}"; or set host in [defaults])')
         if "log" not in merged and "log" not in refused:
             self.fail(f"{key}.log", "missing (the path of the run's log file)")
+        log = merged.get("log")
+        if refused == {"host"} and isinstance(log, str) and not log.startswith("/"):
+            # The host was refused (unknown, say: never "local"), and a relative log is a fault on any other.
+            self.note(ConfigError(self.path, f"{key}.log", f'relative path {show(log)} (a log on a host other than "{LOCAL}" '
+                                  "needs an absolute path)"))
         if refused or "host" not in merged or "log" not in merged:
             return None
         merged["log"] = self.log(merged["log"], f"{key}.log", merged["host"])

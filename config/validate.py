@@ -187,31 +187,36 @@ class Validator:
         return self.ids(value, key, _ACCESS_CHANNEL_RE, "channel")
 
     def gpus(self, value: object, key: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Each role checked on its own, every fault kept: a bad first role must not hide a GPU in two roles."""
         tbl = self.table(value, key)
         seen: dict[int, str] = {}
-        roles = []
+        roles, faults = [], []
         for role, indices in tbl.items():
-            if not _ROLE_RE.fullmatch(role):
-                self.fail(key, f'bad role name {show(role)} (letters, digits, "_" and "-")')
-            at = f"{key}.{role}"
-            if not isinstance(indices, list):
-                self.fail(at, f"must be a list of GPU indices like [0, 1], not {kind_of(indices)}")
-            if not indices:
-                self.fail(at, "is empty (list the role's GPU indices, like [0, 1])")
-            for index in indices:
-                if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-                    self.fail(at, f"bad GPU index {show(index)} (a whole number from 0)")
-                if index in seen:
-                    owner = seen[index]
-                    self.fail(
-                        at,
-                        f"GPU {index} listed twice"
-                        if owner == role
-                        else f"GPU {index} is already in role {show(owner)}",
-                    )
-                seen[index] = role
-            roles.append((role, tuple(indices)))
+            try:
+                roles.append((role, self.role(role, indices, key, seen)))
+            except ConfigError as fault:
+                faults.append(fault)
+        if faults:
+            raise ConfigFaults(faults)
         return tuple(roles)
+
+    def role(self, role: str, indices: object, key: str, seen: dict[int, str]) -> tuple[int, ...]:
+        """One role's GPU indices; `seen` (index -> role) collects them across the roles."""
+        if not _ROLE_RE.fullmatch(role):
+            self.fail(key, f'bad role name {show(role)} (letters, digits, "_" and "-")')
+        at = f"{key}.{role}"
+        if not isinstance(indices, list):
+            self.fail(at, f"must be a list of GPU indices like [0, 1], not {kind_of(indices)}")
+        if not indices:
+            self.fail(at, "is empty (list the role's GPU indices, like [0, 1])")
+        for index in indices:
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                self.fail(at, f"bad GPU index {show(index)} (a whole number from 0)")
+            if index in seen:
+                owner = seen[index]
+                self.fail(at, f"GPU {index} listed twice" if owner == role else f"GPU {index} is already in role {show(owner)}")
+            seen[index] = role
+        return tuple(indices)
 
     def step_pattern(self, value: object, key: str) -> str:
         pattern = self.text(value, key)
