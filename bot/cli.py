@@ -442,7 +442,8 @@ def _describe_config(registry: Registry) -> str:
         roles = ", ".join(f"{r}={list(i)}" for r, i in run.roles.items())
         silence = ("auto (learned from elapsed= in step lines, else 10m)" if run.silence_after is None
                    else format_duration(run.silence_after))
-        lines.append(f"  run {run.name}: {run.where} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
+        node = " (pct exec on this machine)" if run.is_local and run.container is not None else ""
+        lines.append(f"  run {run.name}: {run.where}{node} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
     lines.append(f"  watchdog: every {format_duration(registry.bot.check_every)} · alerts to {registry.bot.alert_channel or '(none set)'}")
     lines.append(f"  state: {registry.bot.state_db}")
     return "\n".join(lines)

@@ -124,7 +124,7 @@ class Run:
     @property
     def where(self) -> str:
         """Where the run lives, as answers show it: "local · /x.log", "pve1 CT 200 · /workspace/train.log"."""
-        place = LOCAL if self.is_local else self.host + (f" CT {self.container}" if self.container is not None else "")
+        place = self.host + (f" CT {self.container}" if self.container is not None else "")
         return f"{place} · {self.log}"
 
     @property
@@ -398,7 +398,7 @@ class _Parser(Validator):
                                   "needs an absolute path)"))
         if refused or "host" not in merged or "log" not in merged:
             return None
-        merged["log"] = self.log(merged["log"], f"{key}.log", merged["host"])
+        merged["log"] = self.log(merged["log"], f"{key}.log", merged["host"], merged["container"])
         return Run(name=name, **merged)
 
     # -- values that need the walk --
@@ -422,13 +422,12 @@ class _Parser(Validator):
             self.fail(key, f"unknown host {show(host)} (known: {', '.join([*self.host_names, LOCAL])})")
         return host
 
-    def log(self, log: str, key: str, host: str) -> str:
-        if host == LOCAL:
+    def log(self, log: str, key: str, host: str, container: int | None) -> str:
+        if host == LOCAL and container is None:
             return os.path.normpath(os.path.join(self.base, os.path.expanduser(log)))
         if not log.startswith("/"):
-            self.fail(
-                key, f"relative path {show(log)} on host {show(host)} (a remote log needs an absolute path)"
-            )
+            where = f"in CT {container} (a log inside a container" if host == LOCAL else f"on host {show(host)} (a remote log"
+            self.fail(key, f"relative path {show(log)} {where} needs an absolute path)")
         return log
 
     def silence_after(self, value: object, key: str) -> float | None:

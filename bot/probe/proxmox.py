@@ -32,8 +32,17 @@ _NO_BASH = re.compile(
 _NOT_ROOT = re.compile(r"^(?:error:\s*)?(?:only root can|permission denied - )", re.IGNORECASE | re.MULTILINE)
 
 
-def pct_failure(stdout_text: str, stderr_text: str, ct: int, host_name: str) -> str | None:
-    """The user-facing verdict when `pct exec <ct>` failed before running the probe, else None."""
+def pct_exec_argv(ct: int, *command: str) -> list[str]:
+    """`pct exec CT -- COMMAND…`: how a command enters a CT, on the node itself or over SSH (one spelling for both)."""
+    return ["pct", "exec", str(int(ct)), "--", *command]
+
+
+def pct_failure(stdout_text: str, stderr_text: str, ct: int, host_name: str | None) -> str | None:
+    """The user-facing verdict when `pct exec <ct>` failed before running the probe, else None.
+    `host_name` None: pct ran on this machine (runbot on the Proxmox node)."""
+    on = "this machine" if host_name is None else f"host {host_name}"
+    root = "run runbot as root" if host_name is None else 'set user = "root" for this host'
+
     out = stdout_text.strip()
     if "\n" in out:
         return None  # the probe ran and printed its report: pct did not fail
@@ -42,13 +51,13 @@ def pct_failure(stdout_text: str, stderr_text: str, ct: int, host_name: str) -> 
     for text in texts:
         head = text[:4096]  # pct's message comes first; do not scan a huge stderr
         if _MISSING.search(head):
-            return f"container {ct} is not on host {host_name} (pct has no config for it there)"
+            return f"container {ct} is not on {on} (pct has no config for it there)"
         if _STOPPED.search(head):
-            return f"container {ct} is stopped on host {host_name}"
+            return f"container {ct} is stopped on {on}"
         if _NO_PCT.search(head):
-            return f"`pct` was not found on host {host_name}: is it a Proxmox host? (or drop `container` for this run)"
+            return f"`pct` was not found on {on}: is it a Proxmox host? (or drop `container` for this run)"
         if _NO_BASH.search(head):
-            return f"container {ct} on host {host_name} has no bash to run the probe"
+            return f"container {ct} on {on} has no bash to run the probe"
         if _NOT_ROOT.search(head):
-            return f"pct on host {host_name} refused our user: it needs root (set user = \"root\" for this host)"
+            return f"pct on {on} refused our user: it needs root ({root})"
     return None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Protocol
+
+from bot.probe.proxmox import pct_exec_argv, pct_failure
 
 
 @dataclass(frozen=True)
@@ -49,31 +51,47 @@ def probe_environment(env: Mapping[str, str] | None = None, base: Mapping[str, s
 
 
 class LocalRunner:
-    """Runs scripts with bash on this machine (`host = "local"`), in a minimal environment.
+    """Runs scripts with bash on this machine (`host = "local"`), in a minimal environment; inside
+    CT `container` through `pct exec` when it is set (runbot running on the Proxmox node itself).
 
     `env` adds to (or overrides) that environment; the demo and the tests use it to put a
     stand-in `nvidia-smi` first on the probe's PATH.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, container: int | None = None) -> None:
         self._env = probe_environment(env)
+        self.container = container
 
     async def run(self, script: str, *, timeout: float) -> RunResult:
+        result = await self._run(script, timeout)
+        if result.failure is None and self.container is not None:
+            verdict = pct_failure(result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace"),
+                                  self.container, None)
+            if verdict:
+                return replace(result, failure=verdict, failure_kind="container")
+        return result
+
+    async def _run(self, script: str, timeout: float) -> RunResult:
         started = time.monotonic()
+        bash = ["bash", "-c", script]
+        argv = bash if self.container is None else pct_exec_argv(self.container, *bash)
         try:
             proc = await asyncio.create_subprocess_exec(
-                "bash",
-                "-c",
-                script,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=self._env,
                 start_new_session=True,  # so the whole probe can be killed, sleeps included
             )
+        except FileNotFoundError:
+            if self.container is None:
+                return RunResult(failure="bash was not found on this machine", failure_kind="local")
+            return RunResult(failure="`pct` was not found on this machine: is runbot on the Proxmox node? "
+                                     "(or give the run a [hosts.*] host)", failure_kind="container")
         except OSError as exc:
             return RunResult(
-                failure=f"could not start bash on this machine: {exc.strerror or exc}",
+                failure=f"could not start {argv[0]} on this machine: {exc.strerror or exc}",
                 failure_kind="local",
             )
         try:

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import replace
 from typing import Mapping
 
-from bot.probe.proxmox import pct_failure
+from bot.probe.proxmox import pct_exec_argv, pct_failure
 from bot.probe.runners import RunResult
 
 # SshHost and SshFailure live in their own modules; bot.probe.ssh stays the one import callers need.
@@ -32,9 +32,8 @@ class SshRunner:
 
     def command(self, script: str, timeout: float) -> str:
         """The remote command line: bash -c <script>, inside `pct exec` for a container."""
-        inner = f"bash -c {shlex.quote(script)}"
-        if self.container is not None:
-            inner = f"pct exec {int(self.container)} -- {inner}"
+        bash = ["bash", "-c", script]
+        inner = shlex.join(bash if self.container is None else pct_exec_argv(self.container, *bash))
         # A remote `timeout` on the host (coreutils, outside the container) ends a hung probe
         # even though we log in as root, whose sessions OpenSSH will not signal; until the
         # command exits, sshd keeps its session and its MaxSessions slot.

@@ -13,7 +13,9 @@ class Targets:
 
     def __init__(self, registry: Registry, *, local_env: Mapping[str, str] | None = None) -> None:
         self._registry = registry
+        self._local_env = local_env
         self._local = LocalRunner(local_env)
+        self._local_cts: dict[int, LocalRunner] = {}  # runbot on the Proxmox node: `pct exec` right here
         self._pool = None  # created on first use so local-only setups never import asyncssh
 
     def runner_for(self, run: Run) -> Runner:
@@ -22,7 +24,9 @@ class Targets:
     def runner_on(self, host: str, container: int | None = None) -> Runner:
         """A runner on a host (LOCAL: this machine), inside `container` when it is set."""
         if host == LOCAL:
-            return self._local
+            if container is None:
+                return self._local
+            return self._local_cts.setdefault(container, LocalRunner(self._local_env, container))
         return self._ssh_pool().runner(host, container)
 
     def host_runner(self, host: str) -> Runner:

@@ -103,7 +103,8 @@ async def _host(name: str, runs: list[Run], targets: Targets) -> list[Check]:
 
 
 def _where(host: str, ct: int | None) -> str:
-    return "this machine" if host == LOCAL else host if ct is None else f"{host} CT {ct}"
+    place = "this machine" if host == LOCAL else host
+    return place if ct is None else f"{place} CT {ct}"
 
 
 def _place_script(logs: Iterable[str]) -> str:
@@ -127,7 +128,7 @@ async def _place(host: str, ct: int | None, runs: list[Run], targets: Targets) -
     checks = []
     if ct is not None:
         if got.failure:
-            return [Check(f"{where}: running", FAIL, got.failure, f"`pct start {ct}` on {host}, or fix `container` "
+            return [Check(f"{where}: running", FAIL, got.failure, f"`pct start {ct}` on {_where(host, None)}, or fix `container` "
                                                                      f"of {', '.join(r.name for r in runs)}")]
         checks.append(Check(f"{where}: running", PASS))
     elif got.failure:
