@@ -204,13 +204,23 @@ async def test_a_steady_run_is_not_written_every_sweep(tmp_path, monkeypatch):
     real_apply = Store.apply
     monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=():
                         writes.append(list(changes)) or real_apply(self, changes, points, tallies))
-    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+    beta = tmp_path / "beta.log"
+    steps = iter(range(6, 100))
+
+    async def sweep() -> None:
+        # beta steps before each sweep, so that it stays healthy however long the sweeps take on a loaded
+        # machine (silence_after is 5 s): a steady run is one that advances, not one that was fast enough.
+        with beta.open("a") as f:
+            f.write(f"step={next(steps)} loss=2.0 tok/s=14200\n")
+        await wd.sweep()
+
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(beta):
         set_age(tmp_path / "alpha.log", 60)  # one run silent (an open incident), one healthy
         for _ in range(STREAK_CAP + 1):  # until the silence is confirmed and its streak stops counting
-            await wd.sweep()
+            await sweep()
         before = len(writes)
         for _ in range(4):
-            await wd.sweep()
+            await sweep()
     # The headline changes ("silent 1 min", "2 min"…); no decision does. What each sweep writes is its
     # probes' points (the runs' memory), in one transaction, with no ledger change in it.
     assert writes[before:] == [[]] * 4
