@@ -18,7 +18,7 @@ from bot.probe.targets import Targets
 from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
 from tests.standins import fill, immutable, mutable, set_age, small_filesystem, writer_holding
-from tests.test_watchdog import CONFIG, STEPS, FakeChat
+from tests.test_watchdog import CONFIG, STEPS, FakeChat, stepping
 
 
 def make(tmp_path: Path, state: Path, chat: FakeChat | None = None, *, deadline: float = 5.0) -> Watchdog:
@@ -204,23 +204,14 @@ async def test_a_steady_run_is_not_written_every_sweep(tmp_path, monkeypatch):
     real_apply = Store.apply
     monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=():
                         writes.append(list(changes)) or real_apply(self, changes, points, tallies))
-    beta = tmp_path / "beta.log"
-    steps = iter(range(6, 100))
-
-    async def sweep() -> None:
-        # beta steps before each sweep, so that it stays healthy however long the sweeps take on a loaded
-        # machine (silence_after is 5 s): a steady run is one that advances, not one that was fast enough.
-        with beta.open("a") as f:
-            f.write(f"step={next(steps)} loss=2.0 tok/s=14200\n")
-        await wd.sweep()
-
-    with writer_holding(tmp_path / "alpha.log"), writer_holding(beta):
+    # beta steps all along, so that it stays healthy however long the sweeps take on a loaded machine.
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"), stepping(tmp_path / "beta.log"):
         set_age(tmp_path / "alpha.log", 60)  # one run silent (an open incident), one healthy
         for _ in range(STREAK_CAP + 1):  # until the silence is confirmed and its streak stops counting
-            await sweep()
+            await wd.sweep()
         before = len(writes)
         for _ in range(4):
-            await sweep()
+            await wd.sweep()
     # The headline changes ("silent 1 min", "2 min"…); no decision does. What each sweep writes is its
     # probes' points (the runs' memory), in one transaction, with no ledger change in it.
     assert writes[before:] == [[]] * 4

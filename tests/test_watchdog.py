@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -100,6 +102,28 @@ def lab(tmp_path):
     # beta trains quietly beside alpha throughout: its process holds its log, as a real one does.
     with writer_holding(tmp_path / "beta.log"):
         yield make
+
+
+@contextlib.contextmanager
+def stepping(log: Path, every: float = 1.0):
+    """A step line appended to `log` every `every` seconds while the block runs: a run that trains, and so
+    never goes silent however slow a loaded machine makes the sweeps (silence_after is 5 s)."""
+    done = threading.Event()
+
+    def loop() -> None:
+        step = 6
+        while not done.wait(every):
+            with log.open("a") as f:
+                f.write(f"step={step} loss=2.0 tok/s=14200\n")
+            step += 1
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def silent(log: Path) -> None:
@@ -488,7 +512,7 @@ async def test_a_definite_refusal_is_tried_once_a_sweep_then_less_and_less(lab, 
     wd = lab(chat=chat)
     log = tmp_path / "alpha.log"
     tries = []
-    with writer_holding(log), writer_holding(tmp_path / "beta.log"):
+    with writer_holding(log), writer_holding(tmp_path / "beta.log"), stepping(tmp_path / "beta.log"):
         silent(log)
         for _ in range(9):
             before = chat.attempts
@@ -510,7 +534,7 @@ async def test_a_refused_queue_is_tried_at_least_every_remind_every(lab, tmp_pat
     wd = lab(chat=chat)
     wd.policy = replace(wd.policy, remind_every=3.0)  # check_every is 1 s: at most 2 sweeps sat out
     tries = []
-    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"), stepping(tmp_path / "beta.log"):
         silent(tmp_path / "alpha.log")
         for _ in range(10):
             before = chat.attempts
