@@ -23,8 +23,10 @@ async def discover(req: CommandRequest) -> Reply:
     host = _host(req)
     view = await look(req.registry, host.name, discover=True, scheduler=req.services.scheduler)
     lines = discover_lines(req.registry, view, visible={r.name for r in req.allowed_runs()})
-    return req.reply(render_slack.host_message(f"discovered on {host.name} (paste into runs.toml)", lines),
-                     outcome="unreachable" if view.failure else "ok")
+    # Only to the asker, `here` or not (as /run doctor): it lists every CT's command lines and paths.
+    message = render_slack.discover_message(f"discovered on {host.name} (paste into runs.toml)", lines,
+                                            asked_here=req.here)
+    return Reply.of(message, outcome="unreachable" if view.failure else "ok")
 
 
 @subcommand("host", "host HOST", "every GPU of a host: the CT and run holding it, memory, utilisation")

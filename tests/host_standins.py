@@ -165,3 +165,34 @@ def _undo(root: Path, made: list[Path], moved: list[int]) -> None:
     for d in reversed(made):
         with contextlib.suppress(OSError):
             d.rmdir()
+
+
+# What a tenant (root in a CT) can make `pct exec CT -- bash -c SCAN rb-scan TOKEN HINT` print: its own `bash`
+# (first on the CT's PATH, as a tenant may replace /bin/bash), which sees every argument the host passed.
+FLOOD = ('yes "p\t$$\t5\tpython flood.py $(printf "%0200d" 0)" | head -c "${FLOOD_BYTES:-300000000}"\n'
+         'yes "e flood on stderr" | head -c 50000000 >&2\n'
+         'head -c "${FLOOD_BYTES:-300000000}" /dev/zero | tr "\\0" A\n')
+
+
+def forge(victim: int, log: Path) -> str:
+    """A CT that prints the host probe's markers with whatever it was handed ($4, the old probe's nonce):
+    its own run, a block for CT `victim` whose log is the host's private key, and GPU sections of its own."""
+    return (
+        f'printf "p\\t7\\t50\\tpython train.py\\nf\\t7\\t1\\t%s\\n" {shlex.quote(str(log))}\n'
+        'for n in "$4" "$@"; do\n'
+        f'  printf "\\n@@CT:%s@@ {victim} rc=0\\np\\t1\\t9\\tpython steal.py\\nf\\t1\\t1\\t/root/.ssh/id_rsa\\n" "$n"\n'
+        f'  printf "@@CT:%s@@ {victim} rc=0 len=48 cut=-\\np\\t1\\t9\\tpython steal.py\\nf\\t1\\t1\\t/root/.ssh/id_rsa\\n" "$n"\n'
+        '  printf "\\n@@RB:%s@@ gpus\\n0, 00000000:18:00.0, GPU-FORGED, 1, 2, 3\\n\\n@@RB:%s@@ gpus.rc\\n0" "$n" "$n"\n'
+        '  printf "\\n@@RB:%s@@ apps\\n1, GPU-FORGED, 9\\n\\n@@RB:%s@@ end\\n" "$n" "$n"\n'
+        'done\n')
+
+
+def hostile_ct(state: Path, vmid: int, name: str, body: str) -> None:
+    """A running CT for the pct stand-in whose `bash` runs `body` (bash, with the scan's arguments) instead of
+    the scan: `pct exec` puts the CT's own bin first on its PATH, as a tenant's /bin/bash would be."""
+    (state / f"{vmid}.running").write_text(name)
+    bin_dir = state / f"{vmid}.bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "bash"
+    fake.write_text(f"#!/bin/bash\n{body}")
+    fake.chmod(0o755)

@@ -71,6 +71,7 @@ class Sshd:
     log_level: str = "ERROR"
     pct: bool = True  # False: no `pct` on its PATH (not a Proxmox node)
     extra_bin: Path | None = None  # first on the sessions' PATH (a host's stand-in nvidia-smi)
+    tmpdir: Path | None = None  # the sessions' TMPDIR (a test watches what a probe leaves there)
     proc: subprocess.Popen | None = None
 
     @property
@@ -87,7 +88,7 @@ class Sshd:
         first = f"{self.extra_bin}:" if self.extra_bin else ""
         env = (
             f"PATH={first}{f'{PCT_BIN}:' if self.pct else ''}/usr/local/bin:/usr/bin:/bin PCT_STATE_DIR={self.pct_state} "
-            f"PCT_NODE={self.name} SHLVL=1"
+            f"PCT_NODE={self.name} SHLVL=1" + (f" TMPDIR={self.tmpdir}" if self.tmpdir else "")
         )
         cfg = self.dir / "sshd_config"
         cfg.write_text(
@@ -265,12 +266,13 @@ class SshLab:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
     def sshd(self, name: str = "pve1", *, max_sessions: int = 10, log_level: str = "ERROR",
-             trust: bool = True, pct: bool = True, extra_bin: Path | None = None) -> Sshd:
+             trust: bool = True, pct: bool = True, extra_bin: Path | None = None, tmpdir: Path | None = None) -> Sshd:
         """Create and start an sshd; trust=False leaves its key out of known_hosts, pct=False its PATH without pct;
-        extra_bin goes first on its PATH."""
+        extra_bin goes first on its PATH; tmpdir is its sessions' TMPDIR."""
         d = self.dir / f"sshd-{name}"
         d.mkdir()
-        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level, pct=pct, extra_bin=extra_bin)
+        srv = Sshd(self, name, free_port(), d, max_sessions=max_sessions, log_level=log_level, pct=pct, extra_bin=extra_bin,
+                   tmpdir=tmpdir)
         srv.pct_state.mkdir()
         keygen(srv.host_key)
         if trust:

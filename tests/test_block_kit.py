@@ -93,6 +93,13 @@ def every_message() -> Iterator[Case]:
     yield Case("slack.host_message", "hostile", rs.host_message(f"pve1 {HOSTILE}", HOSTILE.splitlines()), None)
     yield Case("slack.host_message", "2000 lines", rs.host_message("discovered on pve1",
                                                                    [f'log = "/w/{i}/{"x" * 150}.log"' for i in range(2000)]), None)
+    yield Case("slack.discover_message", "hostile", rs.discover_message(f"pve1 {HOSTILE}", HOSTILE.splitlines(),
+                                                                      asked_here=True), None)
+    yield Case("slack.discover_message", "300 blocks", rs.discover_message(
+        "discovered on pve1", [row for i in range(300) for row in ("", f"[runs.r{i}]", f'log = "/w/{i}/{"x" * 150}.log"')]),
+        None)
+    yield Case("slack.discover_message", "a line longer than a section", rs.discover_message(
+        "discovered on pve1", ["# head", "", "[runs.a]", f'log = "/{"x" * 4000}"', "", "[runs.b]"]), None)
     yield Case("slack.gpus_message", "host lines", rs.gpus_message(vs[0], "dflash", "pve1 CT 200",
                                                                    host_lines=HOSTILE.splitlines()), "dflash")
     training = verdicts()["training"]

@@ -224,3 +224,19 @@ def test_the_scopes_doctor_asks_for_are_the_manifests() -> None:
     manifest = (REPO / "slack-app-manifest.yml").read_text()
     asked = [line.split("#")[0].strip()[2:] for line in manifest.splitlines() if line.startswith("      - ")]
     assert tuple(asked) == MANIFEST_SCOPES
+
+
+def test_what_a_cts_nvidia_smi_says_is_printable_and_redacted_before_it_is_cut(install: Install) -> None:
+    # A tenant's nvidia-smi: terminal escapes, a bidi override, and a token that a cut at 160 characters
+    # would split (the old answer cut first and never redacted on the CLI).
+    token = "ghp_" + "Zx9Yw8Vu7T" * 4
+    said = "NVIDIA-SMI has failed \033[2J\033]0;pwned\007 \u202e\u2028" + "x" * 120 + f" {token} and more"
+    smi = install.srv.pct_state / "200.bin" / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '%s\\n' '{said}'\nexit 9\n")
+    out = runbot("--config", str(install.config()), "doctor", env=install.env())
+    assert out.returncode == 1
+    [line] = [line for line in out.stdout.splitlines() if "nvidia-smi answering" in line]
+    assert line.startswith("✗ pve1 CT 200: nvidia-smi answering: nvidia-smi failed: NVIDIA-SMI has failed")
+    assert all(line.isprintable() for line in out.stdout.splitlines()), out.stdout
+    assert token[:6] not in out.stdout and "pwned" not in out.stdout
+    assert f"✓ pve1 CT 200: log {install.log} readable" in out.stdout  # its U+2028 broke no line of the answer

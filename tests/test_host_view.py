@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import pytest
 import tomllib
 
-from bot.core.host_view import (Container, CtScan, GpuApp, HostGpu, HostView, Proc, Smi, choose_log, ct_of_cgroup,
-                                discovered, holders, host_view_from_output, parse_apps, parse_cgroups, parse_gpus,
-                                parse_pct_list)
+from bot.core.host_view import (Container, CtScan, Cut, GpuApp, HostGpu, HostView, Proc, Smi, Unit, choose_log,
+                                ct_of_cgroup, discovered, holders, host_view_from_output, parse_apps, parse_cgroups,
+                                parse_gpus, parse_pct_list, parse_scans)
 from bot.probe.host_script import build_host_script
 from bot.render import host as render_host
+from bot.render import slack as render_slack
 from config.registry import ConfigError, parse_registry
 
 CAPTURES = Path(__file__).resolve().parent / "fixtures" / "gpu-utilization"
@@ -174,9 +176,108 @@ def test_output_that_is_not_the_scripts_never_raises():
 
 
 def test_only_quoted_assignments_precede_the_constant_body():
-    a = build_host_script("abcdefgh12", discover=True, proc_root="/tmp/it's here")
-    b = build_host_script("abcdefgh34", discover=False)
+    a = build_host_script("abcdefgh12", "skiptoken1", discover=True, proc_root="/tmp/it's here")
+    b = build_host_script("abcdefgh34", "skiptoken2", discover=False)
     assert a.split("\nexport LC_ALL=C\nmark()")[1] == b.split("\nexport LC_ALL=C\nmark()")[1]
     assert "PROC_ROOT='/tmp/it'\"'\"'s here'" in a
     with pytest.raises(ValueError):
-        build_host_script("bad nonce!", discover=True)
+        build_host_script("bad nonce!", "skiptoken1", discover=True)
+
+
+# -- a CT's root prints what it likes: it changes its own block, nothing else --------------------------------
+
+NONCE = "abcdefgh12"
+
+
+def _framed(vmid: int, body: bytes, rc: int = 0, cut: str = "-") -> bytes:
+    """A CT's answer as the host frames it: its header, then exactly its bytes."""
+    return f"@@CT:{NONCE}@@ {vmid} rc={rc} len={len(body)} cut={cut}\n".encode() + body
+
+
+def test_a_cts_answer_is_read_by_its_length_as_that_cts_alone():
+    # The worst case: CT 200 knows the nonce (it never gets it) and prints CT 201's header and block.
+    forged = _framed(201, b"p\t1\t9\tpython steal.py\nf\t1\t1\t/root/.ssh/id_rsa\n")
+    raw = (_framed(200, b"p\t4\t5\tpython train.py\nf\t4\t1\t/w/a.log\n" + forged)
+           + _framed(201, b"p\t3\t9\tpython eval.py\nf\t3\t1\t/e/eval.log\n")
+           + _framed(207, b"p\t1\t5\tpython flood.py\n", rc=141, cut="bytes:1048576")
+           + _framed(208, b"p\t1\t5\tpython cut.py\n")[:-3])  # the bot stopped reading inside CT 208's answer
+    scans = parse_scans(raw, NONCE)
+    assert sorted(scans) == [200, 201, 207]
+    assert [f for p in scans[201].procs for f in p.files] == [(1, "/e/eval.log")]
+    assert scans[207].cut == Cut(Unit.BYTES, 1 << 20) and scans[207].error is None  # cut: not "exit 141"
+    assert {p.pid: p.files for p in scans[200].procs} == {4: ((1, "/w/a.log"),), 1: ((1, "/root/.ssh/id_rsa"),)}
+    # ...what it forged stays in its own block: its own CT's file, which it could point at anyway
+
+
+def test_a_line_separator_in_a_path_is_inside_its_line():
+    [proc] = parse_scans(_framed(200, "p\t1\t5\tpython a\u2028b\x85c\nf\t1\t1\t/w/x\u2028y.log\n".encode()),
+                         NONCE)[200].procs
+    assert proc.args == "python a\u2028b\x85c" and proc.files == ((1, "/w/x\u2028y.log"),)
+
+
+@pytest.mark.parametrize("text", ['/w/a "b"\\c.log', "/w/\x1b[31mred\x1b[0m", "/w/\u202eevil", "/w/a\u2028b",
+                                  "/w/\x85c1\x9b", "/w/tab\there", "/w/`x```", "/w/\U0001F600", "/w/\ufeffbom",
+                                  "/w/\x00nul\x7f", "/w/\u200fmark\u061c"])
+def test_a_toml_string_holds_any_path_exactly_and_prints_as_text(text):
+    spelled = render_host.toml_string(text)
+    assert spelled.isprintable() and "`" not in spelled
+    assert tomllib.loads(f"k = {spelled}")["k"] == text
+
+
+@pytest.mark.parametrize("name", ["train-7b", "train.lab.example", "a_b", "7b.v2"])
+def test_a_run_name_is_one_toml_key(name):
+    assert tomllib.loads(f"[runs.{render_host.toml_key(name)}]\nx = 1\n")["runs"] == {name: {"x": 1}}
+
+
+SECRET = "hf_" + "Q7w8E9r0T1" * 4
+
+
+def _hostile_view() -> HostView:
+    args = "python train.py " + "x" * 90 + f" --hf_token {SECRET} \x1b]0;title\x07\x1b[2J\u202e\u2028\x9b31m"
+    scans = {
+        210: CtScan(210, (Proc(1, 5, "python train.py", ((1, "/w/train.log"),)),)),
+        211: CtScan(211, (Proc(2, 5, args, ((1, "/w/ok `q` \"x\".log"),)),
+                          Proc(3, 5, "python b.py", ((1, "/w/bad\u2028.log"),)),
+                          Proc(4, 5, "python c.py", ((1, f"/w/{SECRET}/t.log"),)),
+                          Proc(5, 5, "torchrun --nproc 8 d.py"))),
+        212: CtScan(212, error="pct exec 212 failed (exit 1): \x1b[31m" + "z" * 3000 + f" token={SECRET}"),
+        213: CtScan(213, cut=Cut(Unit.LINES, 20000)),
+    }
+    names = {210: "train.lab.example", 211: "ctl\x1b[2J\u202eevil", 212: "odd", 213: "flood"}
+    return HostView("pve1", tuple(Container(v, "running", n) for v, n in names.items()), scans=scans)
+
+
+def test_what_a_ct_sent_prints_as_text_bounded_redacted_and_pastes_into_a_valid_config(tmp_path):
+    view = _hostile_view()
+    lines = render_host.discover_lines(view, discovered(view, []))
+    text = "\n".join(lines)
+    assert all(line.isprintable() for line in lines), [line for line in lines if not line.isprintable()]
+    assert all(len(line) <= 400 for line in lines if not line.startswith("log = "))
+    assert SECRET not in text and SECRET[:8] not in text  # redacted before the cut: not a piece of it shows
+    assert '[runs."train.lab.example"]  # CT 210 train.lab.example: python train.py' in text
+    assert "# CT 213 flood: answer cut at 20000 lines (only what it printed before that was read)" in text
+    assert "# CT 212 odd: pct exec 212 failed (exit 1): zzz" in text
+    slack = slack_code(render_slack.discover_message("discovered on pve1", lines))
+    for pasted in (text, slack):
+        runs = parse_registry(f'[hosts.pve1]\naddress = "10.0.0.5"\n{pasted}\n', tmp_path / "runs.toml").runs
+        assert {r.container: r.log for r in runs.values()} == {210: "/w/train.log", 211: '/w/ok `q` "x".log'}
+        assert set(runs) == {"train.lab.example", "ctl-2J-evil"}
+
+
+def slack_code(message: dict) -> str:
+    """The code blocks of a Slack answer as a user copies them (entities read back)."""
+    return html.unescape("\n".join(b["text"]["text"].removeprefix("```\n").removesuffix("\n```")
+                                    for b in message["blocks"] if b["type"] == "section"
+                                    and b["text"]["text"].startswith("```")))
+
+
+def test_slack_leaves_out_whole_blocks_never_half_a_line():
+    lines = ["# pve1: 300 found"] + [row for i in range(300)
+                                     for row in ("", f"[runs.r{i}]", 'host = "pve1"', f'log = "/w/{i}/{"x" * 150}.log"')]
+    message = render_slack.discover_message("discovered on pve1", lines)
+    code = slack_code(message)
+    assert tomllib.loads(code) and code.rstrip().endswith('.log"')
+    kept = code.count("[runs.")
+    assert 0 < kept < 300
+    said = [b["elements"][0]["text"] for b in message["blocks"] if b["type"] == "context"]
+    assert said == [f"… {300 - kept} more parts left out, whole (Slack's size limit): `runbot discover` prints them all"]

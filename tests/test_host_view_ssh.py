@@ -29,12 +29,13 @@ pytestmark = [pytest.mark.skipif(not have_sshd(), reason=SKIP_REASON),
 class Box:
     """A Proxmox node on 127.0.0.1: the sshd, its pct state, its nvidia-smi, and a runs.toml for it."""
 
-    def __init__(self, tmp: Path, *, host_view: bool = True, key: Path | None = None) -> None:
+    def __init__(self, tmp: Path, *, host_view: bool = True, key: Path | None = None,
+                 tmpdir: Path | None = None) -> None:
         self.tmp = tmp
         self.lab = SshLab(tmp / "lab")
         self.bin = tmp / "hostbin"
         fake_host_smi(self.bin, [gpu_row(i, f"GPU-{i}", util=10 * i) for i in range(8)])
-        self.srv = self.lab.sshd("pve1", extra_bin=self.bin)
+        self.srv = self.lab.sshd("pve1", extra_bin=self.bin, tmpdir=tmpdir)
         self.logs = {vmid: tmp / f"ct{vmid}" / "train.log" for vmid in range(200, 240)}
         for log in self.logs.values():
             log.parent.mkdir()

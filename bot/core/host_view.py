@@ -13,10 +13,21 @@ from bot.core.sections import split_sections
 HOST_GPU_QUERY = ("index", "pci.bus_id", "uuid", "memory.used", "memory.total", "utilization.gpu")
 APPS_QUERY = ("pid", "gpu_uuid", "used_memory")
 
+# What the host probe reads at most. A CT's root controls what its scan prints (its bash, ps, paths), so the
+# host cuts each CT's answer before it leaves the node, and the bot stops reading the whole answer past a bound.
+CT_BYTES = 1 << 20  # one CT's answer: a real scan is a few KiB (a line per process, one per file it writes)
+CT_MIN_BYTES = 64 << 10  # ...and never less, however many CTs share CTS_BYTES
+CTS_BYTES = 8 << 20  # all CTs' answers together: each gets CTS_BYTES / running CTs, within the two above
+CT_LINES = 20_000
+APPS_MAX = 4096  # compute processes read (and cgroups looked up); the driver runs far fewer per GPU
+HOST_ANSWER_BYTES = 16 << 20  # the whole answer, as the bot reads it: the host's caps stay inside (to 256 CTs)
+PATH_MAX = 4096  # a longer "path" is no path the kernel gave
+ARGS_MAX = 4096  # characters of a command line kept (a line shows far fewer, redacted first)
+
 # /lxc/<vmid>/ is Proxmox's cgroup for a CT (v2 `0::/lxc/200/ns/…`, v1 `4:memory:/lxc/200`); LXC 4+ without
 # Proxmox's layout names it lxc.payload.<vmid>. `lxc.monitor.<vmid>` is LXC's own monitor, not the CT.
 _LXC = re.compile(r"(?:^|/)lxc/(\d+)(?=/|$)|(?:^|/)lxc\.payload\.(\d+)(?=/|$)")
-_CT_HEAD = "@@CT:{nonce}@@ "
+_CT_HEAD = re.compile(rb"(\d+) rc=(\d+) len=(\d+) cut=(-|bytes:\d+|lines:\d+)")
 _LOG_NAME = re.compile(r"\.(?:log|out|txt|err)(?:\.\d+)?$", re.I)
 
 
@@ -67,11 +78,25 @@ class Proc:
     files: tuple[tuple[int, str], ...] = ()  # (fd, path inside the CT)
 
 
+class Unit(enum.Enum):
+    BYTES = "bytes"
+    LINES = "lines"
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where the host cut an answer: after `limit` bytes or lines; what came after was never read."""
+
+    unit: Unit
+    limit: int
+
+
 @dataclass(frozen=True)
 class CtScan:
     vmid: int
     procs: tuple[Proc, ...] = ()
-    error: str | None = None  # `pct exec` failed: its rc and stderr, as a sentence
+    error: str | None = None  # `pct exec` failed: its rc and what it said, as a sentence
+    cut: Cut | None = None  # the CT printed more than its share: only the lines before the cut were read
 
 
 @dataclass(frozen=True)
@@ -88,6 +113,8 @@ class HostView:
     scans: Mapping[int, CtScan] = field(default_factory=dict)
     failure: str | None = None
     failure_kind: str | None = None
+    apps_cut: bool = False  # nvidia-smi listed more than APPS_MAX compute processes: the rest were not read
+    cut: int | None = None  # the whole answer passed this many bytes: the bot read no further
 
     def index_of(self, uuid: str) -> int | None:
         return next((g.index for g in self.gpus if g.uuid == uuid), None)
@@ -137,18 +164,24 @@ def parse_gpus(text: str) -> tuple[HostGpu, ...]:
 
 
 def parse_apps(text: str) -> tuple[GpuApp, ...]:
-    """Rows of `--query-compute-apps=pid,gpu_uuid,used_memory` (noheader, nounits); other lines are ignored."""
+    """Rows of `--query-compute-apps=pid,gpu_uuid,used_memory` (noheader, nounits); other lines are ignored.
+    At most APPS_MAX rows (the host script sends one more, to say there were more)."""
     out = []
     for line in text.splitlines():
         cols = [c.strip() for c in line.split(",")]
         if len(cols) == 3 and cols[0].isdigit() and cols[1].startswith(("GPU-", "MIG-")):
             out.append(GpuApp(int(cols[0]), cols[1], _number(cols[2])))
-    return tuple(out)
+    return tuple(out[:APPS_MAX])
+
+
+def _apps_cut(text: str) -> bool:
+    return len(text.splitlines()) > APPS_MAX
 
 
 def ct_of_cgroup(text: str) -> int | None:
-    """The CT a process belongs to, from its /proc/PID/cgroup (any hierarchy naming one); None: not in a CT."""
-    for line in text.splitlines():
+    """The CT a process belongs to, from its /proc/PID/cgroup (any hierarchy naming one); None: not in a CT.
+    Below /lxc/<vmid>/ns/ the CT's root names the cgroups: the first match, Proxmox's own, is the CT."""
+    for line in text.split("\n"):
         _, _, path = line.partition(":")
         _, _, path = path.partition(":")
         if (m := _LXC.search(path)) is not None:
@@ -157,75 +190,95 @@ def ct_of_cgroup(text: str) -> int | None:
 
 
 def parse_cgroups(text: str) -> dict[int, int | None]:
-    """The host script's `# pid N` blocks, each followed by that process's /proc/PID/cgroup."""
+    """The host script's `# pid N` blocks, each followed by that process's /proc/PID/cgroup. The first block of a
+    PID is its own: the host prints each once, in order, and only cgroup lines that hold `lxc`."""
     out: dict[int, int | None] = {}
     for block in ("\n" + text).split("\n# pid ")[1:]:
         head, _, body = block.partition("\n")
         if head.strip().isdigit():
-            out[int(head)] = ct_of_cgroup(body)
+            out.setdefault(int(head), ct_of_cgroup(body))
     return out
 
 
-def parse_scans(text: str, nonce: str) -> dict[int, CtScan]:
-    """The `cts` section: per running CT a `@@CT:<nonce>@@ VMID rc=N` line, then what its scan printed:
-    `p PID ETIMES ARGS` and `f PID FD PATH` (tab-separated), or `pct exec`'s stderr after `e`."""
+def parse_scans(raw: bytes, nonce: str) -> dict[int, CtScan]:
+    """The `cts` section: per running CT a header the host wrote, `@@CT:<nonce>@@ VMID rc=N len=L cut=C`, then
+    exactly L bytes of that CT's answer, read as that CT's alone whatever they hold: `p PID ETIMES ARGS` and
+    `f PID FD PATH` (tab-separated) lines, and anything else `pct exec` or the CT said."""
     out: dict[int, CtScan] = {}
-    head = _CT_HEAD.format(nonce=nonce)
-    for chunk in ("\n" + text).split("\n" + head)[1:]:
-        first, _, body = chunk.partition("\n")
-        m = re.fullmatch(r"(\d+) rc=(\d+)", first.strip())
-        if m is None:
-            continue
-        vmid, rc = int(m[1]), int(m[2])
-        procs: dict[int, Proc] = {}
-        files: dict[int, list[tuple[int, str]]] = {}
-        errors = []
-        for line in body.splitlines():
-            kind, _, rest = line.partition("\t")
-            if kind == "p":
-                pid, _, rest = rest.partition("\t")
-                etimes, _, args = rest.partition("\t")
-                if pid.strip().isdigit():
-                    procs[int(pid)] = Proc(int(pid), int(etimes) if etimes.strip().isdigit() else None, args.strip())
-            elif kind == "f":
-                pid, _, rest = rest.partition("\t")
-                fd, _, path = rest.partition("\t")
-                if pid.isdigit() and fd.isdigit() and path.startswith("/"):
-                    files.setdefault(int(pid), []).append((int(fd), path))
-            elif kind == "e":
-                errors.append(rest)
-        error = None
-        if rc != 0:
-            said = " ".join(" ".join(errors).split())[:300]
-            error = f"pct exec {vmid} failed (exit {rc})" + (f": {said}" if said else "")
-        out[vmid] = CtScan(vmid, tuple(Proc(p.pid, p.elapsed_s, p.args, tuple(files.get(p.pid, ())))
-                                       for p in procs.values()), error)
+    head = f"@@CT:{nonce}@@ ".encode()
+    at = raw.find(head)
+    while at != -1:
+        eol = raw.find(b"\n", at)
+        m = _CT_HEAD.fullmatch(raw, at + len(head), eol) if eol != -1 else None
+        if m is None:  # not a header the host finished writing: the answer ends here
+            break
+        start, length = eol + 1, int(m[3])
+        body = raw[start:start + length]
+        at = raw.find(head, start + length)
+        if len(body) < length:
+            break  # the bot stopped reading inside this CT's answer (HostView.cut says so)
+        vmid = int(m[1])
+        if vmid not in out:
+            out[vmid] = _scan(vmid, int(m[2]), _cut(m[4].decode()), body.decode("utf-8", "replace"))
     return out
 
 
-def host_view_from_output(host: str, stdout: bytes, nonce: str) -> HostView:
-    """The host script's output as a HostView (never raises, whatever the bytes)."""
+def _cut(text: str) -> Cut | None:
+    unit, _, limit = text.partition(":")
+    return None if text == "-" else Cut(Unit(unit), int(limit))
+
+
+def _scan(vmid: int, rc: int, cut: Cut | None, text: str) -> CtScan:
+    procs: dict[int, Proc] = {}
+    files: dict[int, list[tuple[int, str]]] = {}
+    said = []
+    for line in text.split("\n"):  # not splitlines(): a CT's U+2028 or NEL is inside its line, not a break
+        kind, _, rest = line.partition("\t")
+        if kind == "p":
+            pid, _, rest = rest.partition("\t")
+            etimes, _, args = rest.partition("\t")
+            if pid.isdigit():
+                procs[int(pid)] = Proc(int(pid), int(etimes) if etimes.isdigit() else None, args.strip()[:ARGS_MAX])
+        elif kind == "f":
+            pid, _, rest = rest.partition("\t")
+            fd, _, path = rest.partition("\t")
+            if pid.isdigit() and fd.isdigit() and path.startswith("/") and len(path.encode()) <= PATH_MAX:
+                files.setdefault(int(pid), []).append((int(fd), path))
+        elif len(said) < 5:
+            said.append(line[:ARGS_MAX])
+    error = None
+    if rc != 0 and cut is None:  # a cut answer's `pct exec` was stopped by the cut: that is what to say
+        error = _failed(f"pct exec {vmid}", rc, " ".join(said))
+    return CtScan(vmid, tuple(Proc(p.pid, p.elapsed_s, p.args, tuple(files.get(p.pid, ()))) for p in procs.values()),
+                  error, cut)
+
+
+def host_view_from_output(host: str, stdout: bytes, nonce: str, *, cut: int | None = None) -> HostView:
+    """The host script's output as a HostView (never raises, whatever the bytes); `cut`: the bot stopped
+    reading it after that many bytes."""
     s = split_sections(stdout, nonce)
     pct_rc = s.rc("pct")
     containers = parse_pct_list(s.text("pct"))
     pct_error = None if pct_rc in (0, None) else _failed("pct list", pct_rc, s.text("pct.err") or s.text("pct"))
-    gpus_text = s.text("gpus")
+    gpus_text, apps_text = s.text("gpus"), s.text("apps")
+    apps_cut = _apps_cut(apps_text)
     smi, smi_error = Smi.OK, None
     if gpus_text.strip() == "@missing":
         smi = Smi.MISSING
     elif s.rc("gpus") not in (0, None):
         smi, smi_error = Smi.FAILED, _failed("nvidia-smi", s.rc("gpus"), s.text("gpus.err") or gpus_text)
-    elif s.rc("apps") not in (0, None):
+    elif s.rc("apps") not in (0, None) and not apps_cut:  # cut: its exit is the cut's SIGPIPE
         smi, smi_error = Smi.FAILED, _failed("nvidia-smi --query-compute-apps", s.rc("apps"),
-                                             s.text("apps.err") or s.text("apps"))
+                                             s.text("apps.err") or apps_text)
     cts = parse_cgroups(s.text("cgroups"))
-    apps = tuple(GpuApp(a.pid, a.uuid, a.used_mib, cts.get(a.pid)) for a in parse_apps(s.text("apps")))
+    apps = tuple(GpuApp(a.pid, a.uuid, a.used_mib, cts.get(a.pid)) for a in parse_apps(apps_text))
     return HostView(host, containers, pct_error, parse_gpus(gpus_text) if smi is Smi.OK else (), apps, smi,
-                    smi_error, parse_scans(s.text("cts"), nonce))
+                    smi_error, parse_scans(s.get("cts") or b"", nonce), apps_cut=apps_cut, cut=cut)
 
 
 def _failed(what: str, rc: int | None, said: str) -> str:
-    said = " ".join(said.split())[:300]
+    """A sentence; what the tool said kept long enough to redact whole (the renderers redact, then cut)."""
+    said = " ".join(said.split())[:2000]
     return f"{what} failed (exit {rc})" + (f": {said}" if said else "")
 
 

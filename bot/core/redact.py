@@ -18,9 +18,10 @@ _ANSI = re.compile(
     r"|(?:\x1b[PX^_]|[\x90\x98\x9e\x9f])[^\x1b\x9c]*(?:\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
-# C0 except \t and \n, DEL, C1; and bidi overrides/isolates, which can make a line display
-# something other than what it says (the "Trojan Source" trick).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 except \t and \n, DEL, C1; bidi overrides/isolates and marks, which can make a line display
+# something other than what it says (the "Trojan Source" trick); and the line and paragraph
+# separators, which break a line where a terminal or an editor shows none.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 # What printable() deletes: colours (SGR) and OSC strings (titles, hyperlinks) are zero-width.
 _ZERO_WIDTH = re.compile(rf"(?:\x1b\[|\x9b)[0-9;:]*m|{_OSC}")
 # What it turns into one space: every other escape (a cursor move can display as a space) and

@@ -28,12 +28,37 @@ class RunResult:
     # "timeout", "auth", "hostkey", "container", "local".
     failure_kind: str | None = None
     elapsed_s: float = 0.0
+    # stdout passed the `limit` the caller gave: `stdout` is its first `limit` bytes and the command was stopped.
+    truncated: bool = False
+
+
+STDERR_CAP = 64 * 1024  # stderr kept when the caller bounds stdout (the rest is read and dropped)
 
 
 class Runner(Protocol):
     """Runs a bash script on one target (this machine, a host, a container)."""
 
-    async def run(self, script: str, *, timeout: float) -> RunResult: ...
+    async def run(self, script: str, *, timeout: float, limit: int | None = None) -> RunResult:
+        """`limit`: read at most that many bytes of stdout, then stop the command (None: all of it)."""
+        ...
+
+
+async def read_capped(stream, limit: int, *, drain: bool = False) -> tuple[bytes, bool]:
+    """Up to `limit` bytes of an asyncio or asyncssh stream, and whether it held more. `drain`: read the
+    rest and drop it (stderr must not fill up and stall the command); else stop at the limit."""
+    chunks, size, more = [], 0, False
+    while chunk := await stream.read(65536):
+        if more:
+            continue  # draining
+        if size + len(chunk) > limit:
+            chunks.append(chunk[:limit - size])
+            more = True
+            if not drain:
+                break
+        else:
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks), more
 
 
 # What a local probe inherits from the bot: enough to find its tools and speak a locale. Never
@@ -62,8 +87,8 @@ class LocalRunner:
         self._env = probe_environment(env)
         self.container = container
 
-    async def run(self, script: str, *, timeout: float) -> RunResult:
-        result = await self._run(script, timeout)
+    async def run(self, script: str, *, timeout: float, limit: int | None = None) -> RunResult:
+        result = await self._run(script, timeout, limit)
         if result.failure is None and self.container is not None:
             verdict = pct_failure(result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace"),
                                   self.container, None)
@@ -71,7 +96,7 @@ class LocalRunner:
                 return replace(result, failure=verdict, failure_kind="container")
         return result
 
-    async def _run(self, script: str, timeout: float) -> RunResult:
+    async def _run(self, script: str, timeout: float, limit: int | None) -> RunResult:
         started = time.monotonic()
         bash = ["bash", "-c", script]
         argv = bash if self.container is None else pct_exec_argv(self.container, *bash)
@@ -94,8 +119,12 @@ class LocalRunner:
                 failure=f"could not start {argv[0]} on this machine: {exc.strerror or exc}",
                 failure_kind="local",
             )
+        truncated = False
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            if limit is None:
+                out, err = await asyncio.wait_for(proc.communicate(), timeout)
+            else:
+                out, err, truncated = await asyncio.wait_for(_bounded(proc, limit), timeout)
         except asyncio.TimeoutError:
             _kill_group(proc.pid)
             await proc.wait()
@@ -110,7 +139,20 @@ class LocalRunner:
             # loop's child watcher reaps bash; the group's orphans go to init.
             _kill_group(proc.pid)
             raise
-        return RunResult(out, err, proc.returncode, elapsed_s=time.monotonic() - started)
+        return RunResult(out, err, proc.returncode, elapsed_s=time.monotonic() - started, truncated=truncated)
+
+
+async def _bounded(proc: asyncio.subprocess.Process, limit: int) -> tuple[bytes, bytes, bool]:
+    """communicate(), holding at most `limit` bytes of stdout: past it, the probe's group is killed."""
+    async def out() -> tuple[bytes, bool]:
+        data, more = await read_capped(proc.stdout, limit)
+        if more:
+            _kill_group(proc.pid)
+        return data, more
+
+    (data, more), (err, _) = await asyncio.gather(out(), read_capped(proc.stderr, STDERR_CAP, drain=True))
+    await proc.wait()
+    return data, err, more
 
 
 def _kill_group(pid: int) -> None:

@@ -40,11 +40,11 @@ class SshRunner:
         limit = math.ceil(timeout) + _REMOTE_GRACE_S
         return f"timeout -k {_REMOTE_KILL_S} {limit} {inner}"
 
-    async def run(self, script: str, *, timeout: float) -> RunResult:
+    async def run(self, script: str, *, timeout: float, limit: int | None = None) -> RunResult:
         t = self.host.target
         what = t.name if self.container is None else f"{t.name} (container {self.container})"
         timeout = min(timeout, t.command_timeout)
-        result = await self.host.run(self.command(script, timeout), timeout=timeout, what=what)
+        result = await self.host.run(self.command(script, timeout), timeout=timeout, what=what, limit=limit)
         if result.failure is None and self.container is not None:
             verdict = pct_failure(
                 result.stdout.decode(errors="replace"),

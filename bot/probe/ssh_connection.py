@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-from bot.probe.runners import RunResult
+from bot.probe.runners import STDERR_CAP, RunResult, read_capped
 from bot.probe.ssh_errors import SshFailure, connect_failure, error_reason, known_hosts_files
 
 if TYPE_CHECKING:
@@ -105,8 +105,9 @@ class SshHost:
         self.connects += 1
         return conn
 
-    async def run(self, command: str, *, timeout: float, what: str) -> RunResult:
-        """Run command on the shared connection: retry once on a fresh one if it died."""
+    async def run(self, command: str, *, timeout: float, what: str, limit: int | None = None) -> RunResult:
+        """Run command on the shared connection: retry once on a fresh one if it died. `limit`: at most that
+        many bytes of stdout are read; past it the command is stopped and the result says `truncated`."""
         started = time.monotonic()
         try:
             # Connect before queueing for a channel, so every probe waiting on a dead host
@@ -119,12 +120,13 @@ class SshHost:
         self.active += 1
         self.peak_channels = max(self.peak_channels, self.active)
         try:
-            return await self._run_with_retry(command, timeout, what, started, slot)
+            return await self._run_with_retry(command, timeout, what, started, slot, limit)
         finally:
             self.active -= 1
             slot.release()
 
-    async def _run_with_retry(self, command: str, timeout: float, what: str, started: float, slot: "_Slot") -> RunResult:
+    async def _run_with_retry(self, command: str, timeout: float, what: str, started: float, slot: "_Slot",
+                              limit: int | None) -> RunResult:
         def fail(msg: str, kind: str) -> RunResult:
             return RunResult(failure=msg, failure_kind=kind, elapsed_s=time.monotonic() - started)
 
@@ -138,7 +140,7 @@ class SshHost:
             except SshFailure as f:
                 return fail(f.message, f.kind)
             try:
-                return await self._exec(conn, command, deadline, started, slot, timed_out)
+                return await self._exec(conn, command, deadline, started, slot, timed_out, limit)
             except asyncssh.ChannelOpenError as exc:
                 if conn.is_closed():
                     exc_lost: BaseException = exc
@@ -171,7 +173,8 @@ class SshHost:
                 return fail(f"lost the SSH connection to {self.target.where} twice in a row: {error_reason(exc_lost)}", "unreachable")
             stale, reconnected = conn, True
 
-    async def _exec(self, conn, command: str, deadline: float, started: float, slot: "_Slot", timed_out: RunResult) -> RunResult:
+    async def _exec(self, conn, command: str, deadline: float, started: float, slot: "_Slot", timed_out: RunResult,
+                    limit: int | None) -> RunResult:
         budget = deadline - time.monotonic()
         try:
             # Opening the channel counts against the deadline too: a frozen sshd may never answer.
@@ -181,8 +184,9 @@ class SshHost:
         except asyncio.TimeoutError:
             self.timeouts += 1
             return replace(timed_out, elapsed_s=time.monotonic() - started)
+        more = False
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), max(deadline - time.monotonic(), 0.001))
+            out, err, more = await asyncio.wait_for(_collect(proc, limit), max(deadline - time.monotonic(), 0.001))
         except asyncio.TimeoutError:
             self.timeouts += 1
             slot.hand_over(proc)
@@ -193,6 +197,9 @@ class SshHost:
         except BaseException:  # cancelled: leave it as we leave a timed-out command
             slot.hand_over(proc)
             raise
+        if more:  # past the limit: stopped as a timed-out command is, its slot kept until sshd frees the session
+            slot.hand_over(proc)
+            return RunResult(out, err, None, elapsed_s=time.monotonic() - started, truncated=True)
         if proc.exit_status is None and proc.exit_signal is None and conn.is_closed():
             raise asyncssh.ConnectionLost("connection closed before the command finished")
         return RunResult(out or b"", err or b"", _exit_status(proc), elapsed_s=time.monotonic() - started)
@@ -247,6 +254,24 @@ class _Slot:
     def _reaped(self, task: asyncio.Task) -> None:
         self._host._reapers.discard(task)
         self._host._slots.release()
+
+
+async def _collect(proc, limit: int | None) -> tuple[bytes, bytes, bool]:
+    """communicate(), or with a `limit` at most that many bytes of stdout (and STDERR_CAP of stderr) held:
+    asyncssh stops taking data past its window while nobody reads, so the bot never holds more."""
+    if limit is None:
+        out, err = await proc.communicate()
+        return out, err, False
+    errs = asyncio.ensure_future(read_capped(proc.stderr, STDERR_CAP, drain=True))
+    try:
+        out, more = await read_capped(proc.stdout, limit)
+        if more:
+            return out, b"", True
+        err, _ = await errs
+    finally:
+        errs.cancel()
+    await proc.wait_closed()
+    return out, err, False
 
 
 async def _abandon(proc) -> None:

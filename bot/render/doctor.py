@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Sequence
 
+from bot.core.redact import clean_line
+
 
 class Outcome(Enum):
     PASS = "✓"
@@ -33,12 +35,13 @@ def passed(checks: Sequence[Check]) -> bool:
 
 
 def line(check: Check) -> str:
+    """One check on one line, printable and redacted: a detail may quote what a host or CT said."""
     said = f"{check.outcome.value} {check.name}"
     if check.detail:
         said += f": {check.detail}"
     if check.fix:
         said += f" — fix: {check.fix}"
-    return said
+    return " ".join(clean_line(said).split("\n"))
 
 
 def report(checks: Sequence[Check]) -> str:

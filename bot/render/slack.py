@@ -382,6 +382,34 @@ def host_message(title: str, lines: Sequence[str]) -> Message:
     return _message([safe(title), *(safe(line) for line in lines)], blocks)
 
 
+def discover_message(title: str, lines: Sequence[str], *, asked_here: bool = False) -> Message:
+    """/run discover: the `[runs.NAME]` blocks as code to paste, whole blocks only and no line cut (a cut log line
+    is an unterminated TOML string; bot.render.host bounds every line). Cleaned as every answer is: a live
+    `log = "…"` line is one redaction leaves alone (bot.render.host comments out a block whose path it changes)."""
+    rows = [_escaped(line).replace("```", "``\u200b`") for line in _cleaned(lines)]
+    paragraphs: list[list[str]] = [[]]
+    for row in rows:
+        if not row and paragraphs[-1]:
+            paragraphs.append([])
+        paragraphs[-1].append(row)
+    budget, kept, used, left_out = MAX_TOTAL - 1500, [], 0, 0
+    for para in paragraphs:
+        cost = sum(len(r) + 1 for r in para)
+        if left_out or used + cost > budget or any(len(r) > MAX_SECTION - 20 for r in para):
+            left_out += 1  # in order: after one left out, the rest are too (`runbot discover` prints them all)
+            continue
+        kept += para
+        used += cost
+    code, _ = code_sections(kept, MAX_TOTAL - 500)
+    blocks = [section(f"*{safe(title)}*"), *code]
+    if left_out:
+        blocks.append(context(f"… {left_out} more part{'s' * (left_out > 1)} left out, whole (Slack's size limit): "
+                              "`runbot discover` prints them all"))
+    if asked_here:
+        blocks.append(context("answered only to you: discovery shows every CT's command lines"))
+    return _message([safe(title), *(safe(line) for line in lines)], blocks)
+
+
 def error_message(text: str) -> Message:
     """Something went wrong or was refused: one line, escaped (it may quote what the user typed)."""
     line = safe(" ".join(text.split())) or "something went wrong"

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from bot.core import humanize as hz
+from bot.core.redact import clean_line
 from bot.probe.targets import Targets
 from bot.render.doctor import Check, Outcome, passed, report
 from config.registry import LOCAL, ConfigError, Registry, Run, faults_of, load_registry
@@ -21,6 +23,8 @@ MANIFEST_SCOPES = ("commands", "chat:write", "chat:write.public", "channels:hist
                    "files:write", "channels:read", "groups:read")
 CHECK_TIMEOUT_S = 20.0  # one remote check (connect included)
 _SMI_TIMEOUT_S = 10  # a wedged driver makes nvidia-smi hang: that is an answer too
+SMI_SAID_CHARS = 160  # of nvidia-smi's failure, shown
+ANSWER_BYTES = 1 << 20  # a check's answer: a word per log (a CT flooding it is cut here)
 
 # How a failed connection's kind (bot.probe.ssh_errors) maps onto the three steps of getting in:
 # the steps before the failed one passed.
@@ -108,12 +112,14 @@ def _where(host: str, ct: int | None) -> str:
 
 
 def _place_script(logs: Iterable[str]) -> str:
-    """nvidia-smi, then each log, one word each: typed below, never shown as they come."""
+    """nvidia-smi, then each log, one word each: typed below; the one thing shown (nvidia-smi's failure) is
+    made printable and redacted before it is cut."""
     paths = " ".join(shlex.quote(p) for p in logs)  # from the config file, never from Slack
     return (
         "if ! command -v nvidia-smi >/dev/null 2>&1; then echo smi-missing; "
         f"elif n=$(timeout {_SMI_TIMEOUT_S} nvidia-smi -L 2>&1); then echo \"smi-ok $(printf '%s\\n' \"$n\" | grep -c '^GPU ')\"; "
-        "else echo \"smi-failed $(printf '%s' \"$n\" | head -n1 | tr -cd '[:print:]' | cut -c1-160)\"; fi\n"
+        # Its first line as it came (bounded): runbot makes it printable and redacts it before cutting it.
+        "else echo \"smi-failed $(printf '%s' \"$n\" | head -n1 | head -c 4096)\"; fi\n"
         f"for p in {paths}; do "
         "if [ ! -e \"$p\" ]; then echo log-missing; elif [ ! -f \"$p\" ]; then echo log-notfile; "
         "elif head -c1 -- \"$p\" >/dev/null 2>&1; then echo log-ok; else echo log-unreadable; fi; done\n"
@@ -124,7 +130,8 @@ async def _place(host: str, ct: int | None, runs: list[Run], targets: Targets) -
     """One host or container: running (pct's verdict), nvidia-smi answering, each run's log readable."""
     where = _where(host, ct)
     logs = list(dict.fromkeys(r.log for r in runs))
-    got = await targets.runner_on(host, ct).run(_place_script(logs), timeout=CHECK_TIMEOUT_S)
+    # A CT's root controls what answers there (its bash, its nvidia-smi): read a bounded answer.
+    got = await targets.runner_on(host, ct).run(_place_script(logs), timeout=CHECK_TIMEOUT_S, limit=ANSWER_BYTES)
     checks = []
     if ct is not None:
         if got.failure:
@@ -133,7 +140,7 @@ async def _place(host: str, ct: int | None, runs: list[Run], targets: Targets) -
         checks.append(Check(f"{where}: running", PASS))
     elif got.failure:
         return [Check(f"{where}: commands run", FAIL, got.failure)]
-    words = got.stdout.decode(errors="replace").splitlines()
+    words = got.stdout.decode(errors="replace").split("\n")  # not splitlines(): a U+2028 is inside its line
     smi, answers = (words[0].split(" ", 1) + [""])[:2] if words else ("", "")
     if smi == "smi-ok":
         checks.append(Check(f"{where}: nvidia-smi answering", PASS, f"{answers} GPU{'s' * (answers != '1')}"))
@@ -141,7 +148,8 @@ async def _place(host: str, ct: int | None, runs: list[Run], targets: Targets) -
         checks.append(Check(f"{where}: nvidia-smi answering", FAIL, f"nvidia-smi is not on the PATH in {where}",
                             "install the NVIDIA driver's user-space tools there (the host's driver version)"))
     else:
-        checks.append(Check(f"{where}: nvidia-smi answering", FAIL, f"nvidia-smi failed: {answers or 'no output'}",
+        said = hz.trim(clean_line(answers), SMI_SAID_CHARS) or "no output"  # redacted first, then cut
+        checks.append(Check(f"{where}: nvidia-smi answering", FAIL, f"nvidia-smi failed: {said}",
                             "check the GPU devices (/dev/nvidia*) are passed into it and the driver versions match"))
     states = dict(zip(logs, words[1:]))
     for log in logs:
