@@ -626,3 +626,62 @@ async def test_doctor_is_for_admins_only_and_answers_only_to_them(make_bot, stub
     assert "✓ SLACK_BOT_TOKEN accepted (auth.test): @runbot in Test" in said
     assert said[-1].startswith(f"{len(said) - 1} checks: ")
     assert BOT_TOKEN not in all_text(report)
+
+
+# -- replays, stalls and odd clicks (issue 19.10) ---------------------------------------------------
+
+
+async def test_a_replayed_request_is_answered_once(make_bot, stub, caplog):
+    # A signed request replayed within Slack's 5 minutes was answered each time.
+    async with make_bot() as bot:
+        body = slash_body("status dflash", response_url=stub.response_url("once"))
+        headers = sign(body)
+        assert (await bot.post(body, headers))[0] == 200
+        await bot.answer("once")
+        for _ in range(3):
+            status, text, _ = await bot.post(body, headers)
+            assert (status, text) == (401, "replayed request")
+        click = action_body("runbot.tail", "dflash", response_url=stub.response_url("click"), ephemeral=True)
+        click_headers = sign(click)
+        assert (await bot.post(click, click_headers))[0] == 200
+        assert (await bot.post(click, click_headers))[0] == 401
+        # The same body signed anew (as Slack's own retries are) is a new request.
+        again = sign(body, timestamp=int(headers["X-Slack-Request-Timestamp"]) - 10)
+        assert (await bot.post(body, again))[0] == 200
+        await asyncio.sleep(0.5)
+    assert len(stub.responses_to("once")) == 2 and len(stub.responses_to("click")) == 1
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_a_stalled_body_is_closed_within_the_body_timeout(make_bot):
+    # Headers and part of a body, then nothing: the connection must close at the timeout, not later.
+    async with make_bot(timeouts={"header_timeout": 5.0, "body_timeout": 1.5}) as bot:
+        port = int(bot.url.rsplit(":", 1)[1])
+        body = slash_body("status dflash", response_url=bot.stub.response_url("stalled"))
+        head = "".join(f"{k}: {v}\r\n" for k, v in sign(body).items())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+                     f"{body[:len(body) // 2]}".encode())
+        await writer.drain()
+        sent = time.monotonic()
+        closed, said = await _closed_within(reader, 5.0)
+        took = time.monotonic() - sent
+        writer.close()
+        assert closed and said.startswith(b"HTTP/1.1 408"), said
+        assert 1.4 < took < 2.2, f"closed {took:.2f} s after the last byte (body timeout 1.5 s)"
+        assert (await bot.post("payload=x", sign("payload=x")))[0] == 400  # the server still serves
+
+
+async def test_a_body_declared_too_large_is_refused_before_it_is_read(make_bot):
+    async with make_bot(timeouts={"header_timeout": 5.0, "body_timeout": 3.0}) as bot:
+        port = int(bot.url.rsplit(":", 1)[1])
+        head = "".join(f"{k}: {v}\r\n" for k, v in sign("x").items())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {50 << 20}\r\n\r\nxx".encode())
+        await writer.drain()
+        sent = time.monotonic()
+        closed, said = await _closed_within(reader, 6.0)
+        took = time.monotonic() - sent
+        writer.close()
+        assert closed and said.startswith(b"HTTP/1.1 413"), said
+        assert took < 1.0, f"refused after {took:.2f} s"
