@@ -107,6 +107,7 @@ async def serve_async(
             except Exception:
                 log.exception("on_stop hook failed")
         await services.targets.close()
+        services.charts.close()
         if services.store is not None:
             services.store.close()  # the watchdog's on_stop may have closed it already: closing twice is harmless
         for sig in (signal.SIGTERM, signal.SIGINT):
