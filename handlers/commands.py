@@ -231,9 +231,15 @@ async def dispatch(services: Services, user_id: str, channel_id: str, text: str,
     return await _answer(req), req, name
 
 
+def may_use(registry: Registry, user: str, channel: str) -> bool:
+    """Whether someone may use runbot in this channel at all: allowed globally, or for one run at least."""
+    return registry.access.allows(user, channel) or any(registry.access.allows(user, channel, r)
+                                                        for r in registry.runs.values())
+
+
 async def _answer(req: CommandRequest) -> Reply:
     # Someone allowed nowhere (not globally, not for any run) gets nothing, not even help.
-    if not (req.allowed() or req.allowed_runs()):
+    if not may_use(req.registry, req.user_id, req.channel_id):
         return Reply.of(render_slack.error_message(NOT_ALLOWED), outcome="refused")
     sub = SUBCOMMANDS.get(req.command)
     if sub is None:

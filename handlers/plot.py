@@ -22,7 +22,8 @@ from config.durations import parse_duration
 from config.registry import format_duration
 from bot.render.history import ACTION_PLOT, CHART_ACTIONS
 from bot.service.charts import ChartsBusy
-from handlers.commands import CommandRequest, Reply, Usage, log, log_event, say_privately, send_response, subcommand
+from handlers import clicks
+from handlers.commands import CommandRequest, Reply, Usage, log, log_event, say_privately, subcommand
 
 NO_HISTORY = ("no history is kept here: the watchdog keeps each run's memory (`runbot serve` with a state file), "
               "and /run plot draws from it")
@@ -146,21 +147,23 @@ async def on_chart_button(ack, body: dict, action: dict, context) -> None:
     await ack()
     services = context["services"]
     started = time.monotonic()
-    user = (body.get("user") or {}).get("id", "")
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
-    name, metric, window = _button_value(action.get("value", ""))
-    run = services.registry.runs.get(name)
+    click = clicks.read(body, action)
+    if click is None:
+        return
+    name, metric, window = _button_value(click.value)
+    run = clicks.clicked_run(services.registry, click.user, click.channel, name)
+    if metric is None and not isinstance(run, clicks.Refused):  # a value no chart button carries: as unknown
+        run = clicks.Refused(clicks.not_known(name), "unknown_run")
+    tell = functools.partial(say_privately, click.response_url) if click.response_url else None
     with services.tracking():
-        if run is None or not services.registry.access.allows(user, channel, run) or metric is None:
-            reply, outcome = _error(f"run “{name[:64]}” is not known here"), "unknown_run"  # unseen = unknown
+        if isinstance(run, clicks.Refused):
+            reply, outcome = _error(run.text), run.outcome
         else:
-            url = body.get("response_url")
-            reply = await post_chart(services, channel, run.name, metric, window,
-                                     tell=functools.partial(say_privately, url) if url else None)
+            reply = await post_chart(services, click.channel, run.name, metric, window, tell=tell)
             outcome = reply.outcome
-        if body.get("response_url"):
-            await send_response(body["response_url"], {**reply.payload(), "replace_original": False})
-    log_event("button", user=user, channel=channel, command="plot", run=name[:64], outcome=outcome,
+        if tell is not None:
+            await tell(reply.payload())
+    log_event("button", user=click.user, channel=click.channel, command="plot", run=name[:64], outcome=outcome,
               ms=round((time.monotonic() - started) * 1000))
 
 
