@@ -51,7 +51,7 @@ async def on_button(ack, body: dict, action: dict, context) -> None:
 
 
 def is_alert(message: dict | None) -> bool:
-    """Whether the clicked message is a watchdog alert (its buttons include Mute); odd blocks are no alert's."""
+    """Whether the clicked message is a watchdog alert (its buttons include Mute); blocks of another shape are not."""
     for block in _dicts((message or {}).get("blocks")):
         if block.get("type") == "actions" and any(e.get("action_id") == ACTION_MUTE for e in _dicts(block.get("elements"))):
             return True
