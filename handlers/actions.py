@@ -13,12 +13,8 @@ from bot.render import slack as render_slack
 from bot.service.host_view import ownership
 from bot.render.slack import ACTION_GPUS, ACTION_MUTE, ACTION_REFRESH, ACTION_STATUS, ACTION_TAIL
 from bot.core.verdict import TAIL_DEFAULT
-from handlers.commands import (
-    NOT_ALLOWED,
-    log,
-    log_event,
-    send_response,
-)
+from handlers import clicks
+from handlers.commands import log, log_event, say_privately, send_response
 
 if TYPE_CHECKING:
     from bot.service.app import Services
@@ -40,39 +36,41 @@ async def on_button(ack, body: dict, action: dict, context) -> None:
     await ack()
     services: Services = context["services"]
     started = time.monotonic()
-    view, render = VIEWS[action["action_id"]]
-    user = (body.get("user") or {}).get("id", "")
-    container = body.get("container") or {}
-    channel = (body.get("channel") or {}).get("id") or container.get("channel_id", "")
-    response_url = body.get("response_url")
-    name = action.get("value", "")
+    click = clicks.read(body, action)
+    if click is None or click.action_id not in VIEWS:
+        return
+    view, render = VIEWS[click.action_id]
     # A Status button on a list of runs opens that run's status beside the list, which stays as it was.
-    aside = is_alert(body.get("message")) or action["action_id"] == ACTION_STATUS
+    aside = is_alert(click.message) or click.action_id == ACTION_STATUS
+    container = {"message_ts": click.message_ts, "is_ephemeral": click.ephemeral}
     with services.tracking():
-        outcome, how = await _click(services, user, channel, name, render, container, response_url, aside)
-    log_event("button", user=user, channel=channel, command=view, run=name[:64], outcome=outcome, via=how,
-              ms=round((time.monotonic() - started) * 1000))
+        outcome, how = await _click(services, click.user, click.channel, click.value, render, container,
+                                    click.response_url or None, aside)
+    log_event("button", user=click.user, channel=click.channel, command=view, run=click.value[:64], outcome=outcome,
+              via=how, ms=round((time.monotonic() - started) * 1000))
 
 
 def is_alert(message: dict | None) -> bool:
-    """Whether the clicked message is a watchdog alert (its buttons include Mute)."""
-    for block in (message or {}).get("blocks") or ():
-        if block.get("type") == "actions" and any(e.get("action_id") == ACTION_MUTE for e in block.get("elements") or ()):
+    """Whether the clicked message is a watchdog alert (its buttons include Mute); blocks of another shape are not."""
+    for block in _dicts((message or {}).get("blocks")):
+        if block.get("type") == "actions" and any(e.get("action_id") == ACTION_MUTE for e in _dicts(block.get("elements"))):
             return True
     return False
+
+
+def _dicts(items) -> list[dict]:
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 async def _click(services: Services, user: str, channel: str, name: str, render, container: dict,
                  response_url: str | None, aside: bool = False) -> tuple[str, str]:
     """Re-probe and show the view: in place of the clicked message, or `aside` (a new private answer)."""
-    run = services.registry.runs.get(name)
-    if run is None or not services.registry.access.allows(user, channel, run):
+    run = clicks.clicked_run(services.registry, user, channel, name)
+    if isinstance(run, clicks.Refused):
         # A side note to the clicker only; the message stays as it was.
-        why = NOT_ALLOWED if run is not None else f"run “{name}” is no longer configured"
         if response_url:
-            await send_response(response_url, {**render_slack.error_message(why), "response_type": "ephemeral",
-                                               "replace_original": False})
-        return ("refused" if run is not None else "unknown_run"), "response_url"
+            await say_privately(response_url, render_slack.error_message(run.text))
+        return run.outcome, "response_url"
     if render is VIEWS[ACTION_GPUS][1]:  # the same answer as /run gpus: the host's word on who holds them
         seen = [r for r in services.registry.runs.values() if services.registry.access.allows(user, channel, r)]
         verdict, held = await asyncio.gather(services.check(run),
@@ -84,8 +82,7 @@ async def _click(services: Services, user: str, channel: str, name: str, render,
     if aside:
         # An alert is the channel's record of an incident (and carries its Mute button), a list of runs
         # the way to the others: replacing either would lose it for everyone. The clicker alone gets the view.
-        if response_url and await send_response(response_url, {**message, "response_type": "ephemeral",
-                                                                "replace_original": False}):
+        if response_url and await say_privately(response_url, message):
             return outcome, "response_url"
         return "undelivered", "none"
     ts = container.get("message_ts")

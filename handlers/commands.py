@@ -64,6 +64,12 @@ class CommandRequest:
     services: Services
     command: str = ""  # the subcommand as typed, lower-cased
     run_name: str | None = None  # set by run(), for the command log
+    response_url: str = ""  # where the answer goes; note() may say a word there first
+
+    async def note(self, message: dict) -> None:
+        """A private word to the asker before the answer (a chart's place in the queue); none without a response_url."""
+        if self.response_url:
+            await say_privately(self.response_url, message)
 
     def allowed(self, run: Run | None = None) -> bool:
         return self.registry.access.allows(self.user_id, self.channel_id, run)
@@ -215,17 +221,25 @@ def parse(text: str) -> tuple[str, list[str], bool]:
     return words[0].casefold(), words[1:], here
 
 
-async def dispatch(services: Services, user_id: str, channel_id: str, text: str) -> tuple[Reply, CommandRequest, str]:
+async def dispatch(services: Services, user_id: str, channel_id: str, text: str,
+                   response_url: str = "") -> tuple[Reply, CommandRequest, str]:
     """Run one /run command to (its Reply, the request, the subcommand word). Refusals and
     mistakes come back as ephemeral replies, never raised."""
     name, args, here = parse(text)
-    req = CommandRequest(user_id, channel_id, args, here, services.registry, services, command=name)
+    req = CommandRequest(user_id, channel_id, args, here, services.registry, services, command=name,
+                         response_url=response_url)
     return await _answer(req), req, name
+
+
+def may_use(registry: Registry, user: str, channel: str) -> bool:
+    """Whether someone may use runbot in this channel at all: allowed globally, or for one run at least."""
+    return registry.access.allows(user, channel) or any(registry.access.allows(user, channel, r)
+                                                        for r in registry.runs.values())
 
 
 async def _answer(req: CommandRequest) -> Reply:
     # Someone allowed nowhere (not globally, not for any run) gets nothing, not even help.
-    if not (req.allowed() or req.allowed_runs()):
+    if not may_use(req.registry, req.user_id, req.channel_id):
         return Reply.of(render_slack.error_message(NOT_ALLOWED), outcome="refused")
     sub = SUBCOMMANDS.get(req.command)
     if sub is None:
@@ -284,6 +298,11 @@ async def send_response(response_url: str, payload: dict) -> bool:
     return result.status_code == 200
 
 
+async def say_privately(response_url: str, message: dict) -> bool:
+    """A message for the asker or clicker alone, beside whatever they clicked or asked (never in its place)."""
+    return await send_response(response_url, {**message, "response_type": "ephemeral", "replace_original": False})
+
+
 def log_event(event: str, **fields) -> None:
     """One structured line per command or click (bot.service.serve formats records as JSON)."""
     log.info("%s %s", event, json.dumps(fields, ensure_ascii=False), extra={"runbot": {"event": event, **fields}})
@@ -295,7 +314,7 @@ async def on_run(ack, command: dict, context) -> None:
     started = time.monotonic()
     user, channel = command.get("user_id", ""), command.get("channel_id", "")
     with services.tracking():
-        reply, req, _ = await dispatch(services, user, channel, command.get("text", ""))
+        reply, req, _ = await dispatch(services, user, channel, command.get("text", ""), command["response_url"])
         delivered = await send_response(command["response_url"], reply.payload())
     log_event("command", user=user, channel=channel, command=req.command[:32], args=[a[:64] for a in req.args[:5]],
               run=req.run_name, here=req.here, outcome=reply.outcome, delivered=delivered,

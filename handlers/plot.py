@@ -8,9 +8,10 @@ who asked gets a private line saying it is there, or why not.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import re
 import time
+from typing import Awaitable, Callable
 
 from slack_sdk.errors import SlackApiError, SlackRequestError
 
@@ -20,7 +21,9 @@ from bot.render import slack as render_slack
 from config.durations import parse_duration
 from config.registry import format_duration
 from bot.render.history import ACTION_PLOT, CHART_ACTIONS
-from handlers.commands import CommandRequest, Reply, Usage, log, log_event, send_response, subcommand
+from bot.service.charts import ChartsBusy
+from handlers import clicks
+from handlers.commands import CommandRequest, Reply, Usage, log, log_event, say_privately, subcommand
 
 NO_HISTORY = ("no history is kept here: the watchdog keeps each run's memory (`runbot serve` with a state file), "
               "and /run plot draws from it")
@@ -69,6 +72,17 @@ def _error(text: str, outcome: str = "error") -> Reply:
     return Reply.of(render_slack.error_message(text), outcome=outcome)
 
 
+def _note(text: str) -> dict:
+    line = render_slack.safe(text)
+    return {"text": line, "blocks": [render_slack.section(line)]}
+
+
+def queue_note(ahead: int) -> dict:
+    """What the asker hears while their chart waits its turn."""
+    charts = "1 chart" if ahead == 1 else f"{ahead} charts"
+    return _note(f":hourglass_flowing_sand: {charts} ahead of yours; it will be posted here when drawn")
+
+
 def _incidents(services, run_name: str) -> list[float]:
     """When the run's incidents opened, from the watchdog's ledger (none without a watchdog)."""
     ledger = getattr(services.store, "ledger", None)
@@ -81,18 +95,27 @@ def _incidents(services, run_name: str) -> list[float]:
 async def plot(req: CommandRequest) -> Reply:
     metric, window = parse_args(req.args[1:])
     run = req.run(req.args[0])
-    return await post_chart(req.services, req.channel_id, run.name, metric, window)
+    return await post_chart(req.services, req.channel_id, run.name, metric, window, tell=req.note)
 
 
-async def post_chart(services, channel: str, run_name: str, metric: str, window: float) -> Reply:
-    """Draw the run's chart off the event loop and upload it to `channel`; the Reply says it is there, or why not."""
+async def post_chart(services, channel: str, run_name: str, metric: str, window: float,
+                     tell: Callable[[dict], Awaitable[object]] | None = None) -> Reply:
+    """Draw the run's chart in the charts' own queue and upload it to `channel`; the Reply says it is there,
+    or why not. `tell` gets a private word first when the chart has to wait its turn."""
     history = services.history
     if history is None:
         return _error(NO_HISTORY)
     now = services.clock()
     points = await history.points(run_name, now - window)
-    png = await asyncio.to_thread(render_chart.chart, run_name, points, metric=metric, now=now, window=window,
-                                  incidents=_incidents(services, run_name))
+    try:
+        ahead, drawing = services.charts.submit(render_chart.chart, run_name, points, metric=metric, now=now,
+                                                window=window, incidents=_incidents(services, run_name))
+    except ChartsBusy as exc:
+        log.warning("/run plot %s: refused, %s charts queued", run_name, exc)
+        return _error("too many charts queued, try again in a minute", outcome="busy")
+    if ahead >= services.charts.workers and tell is not None:
+        await tell(queue_note(ahead))
+    png = await drawing
     span = render_chart.span_words(window)
     what = {"loss": "loss", "rate": "rate", "gpus": "GPUs"}[metric]
     try:
@@ -115,9 +138,8 @@ async def post_chart(services, channel: str, run_name: str, metric: str, window:
         if isinstance(exc, SlackRequestError):  # the bytes were refused: nothing was shared
             return _error(f"cannot post the chart here: {line}")
         return _error(f"the upload broke off, the chart may or may not be in the channel: {line}")
-    note = f":chart_with_upwards_trend: posted {run_name}'s {what} chart (last {span}, {len(points)} points) in this channel"
-    line = render_slack.safe(note)
-    return Reply.of({"text": line, "blocks": [render_slack.section(line)]})
+    return Reply.of(_note(f":chart_with_upwards_trend: posted {run_name}'s {what} chart (last {span}, {len(points)} points) "
+                          "in this channel"))
 
 
 async def on_chart_button(ack, body: dict, action: dict, context) -> None:
@@ -125,19 +147,23 @@ async def on_chart_button(ack, body: dict, action: dict, context) -> None:
     await ack()
     services = context["services"]
     started = time.monotonic()
-    user = (body.get("user") or {}).get("id", "")
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
-    name, metric, window = _button_value(action.get("value", ""))
-    run = services.registry.runs.get(name)
+    click = clicks.read(body, action)
+    if click is None:
+        return
+    name, metric, window = _button_value(click.value)
+    run = clicks.clicked_run(services.registry, click.user, click.channel, name)
+    if metric is None and not isinstance(run, clicks.Refused):  # a value no chart button carries: as unknown
+        run = clicks.Refused(clicks.not_known(name), "unknown_run")
+    tell = functools.partial(say_privately, click.response_url) if click.response_url else None
     with services.tracking():
-        if run is None or not services.registry.access.allows(user, channel, run) or metric is None:
-            reply, outcome = _error(f"run “{name[:64]}” is not known here"), "unknown_run"  # unseen = unknown
+        if isinstance(run, clicks.Refused):
+            reply, outcome = _error(run.text), run.outcome
         else:
-            reply = await post_chart(services, channel, run.name, metric, window)
+            reply = await post_chart(services, click.channel, run.name, metric, window, tell=tell)
             outcome = reply.outcome
-        if body.get("response_url"):
-            await send_response(body["response_url"], {**reply.payload(), "replace_original": False})
-    log_event("button", user=user, channel=channel, command="plot", run=name[:64], outcome=outcome,
+        if tell is not None:
+            await tell(reply.payload())
+    log_event("button", user=click.user, channel=click.channel, command="plot", run=name[:64], outcome=outcome,
               ms=round((time.monotonic() - started) * 1000))
 
 

@@ -12,8 +12,8 @@ from bot.render.alerts import MUTE_FOR_S
 from bot.render.times import slack_time
 from bot.render.slack import ACTION_MUTE
 from config.registry import format_duration, parse_duration
+from handlers import clicks
 from handlers.commands import (
-    NOT_ALLOWED,
     CommandRequest,
     Reply,
     Usage,
@@ -97,28 +97,27 @@ async def on_mute_button(ack, body: dict, action: dict, context) -> None:
     await ack()
     services: Services = context["services"]
     started = time.monotonic()
-    user = (body.get("user") or {}).get("id", "")
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
-    run = services.registry.runs.get(action.get("value", ""))
-    if run is None or not services.registry.access.allows(user, channel, run):
-        refused = run is not None
-        line = _line(NOT_ALLOWED if refused else "that run is no longer configured")
-        outcome = "refused" if refused else "unknown_run"
+    click = clicks.read(body, action)
+    if click is None:
+        return
+    run = clicks.clicked_run(services.registry, click.user, click.channel, click.value)
+    if isinstance(run, clicks.Refused):
+        line, outcome = _line(run.text), run.outcome
     elif services.watchdog is None:
         line, outcome = _line(NOT_RUNNING), "error"
     else:
         try:
             with services.tracking():
-                state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, user)
+                state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, click.user)
         except Exception as exc:  # noqa: BLE001 - the clicker hears why; the log gets the traceback
             log.exception("Mute button on %s failed", run.name)
             line, outcome = _line(f"could not mute {run.name}: {type(exc).__name__}: {exc}"[:300]), "error"
         else:
             line, outcome = _line(f":no_bell: {run.name} muted until ", At(state.muted_until), " (by you)"), "ok"
-    if body.get("response_url"):
-        await send_response(body["response_url"], {"text": line, "blocks": [render_slack.section(line)],
-                                                   "response_type": "ephemeral", "replace_original": False})
-    log_event("button", user=user, channel=channel, command="mute", run=action.get("value", "")[:64], outcome=outcome,
+    if click.response_url:
+        await send_response(click.response_url, {"text": line, "blocks": [render_slack.section(line)],
+                                                 "response_type": "ephemeral", "replace_original": False})
+    log_event("button", user=click.user, channel=click.channel, command="mute", run=click.value[:64], outcome=outcome,
               ms=round((time.monotonic() - started) * 1000))
 
 

@@ -46,7 +46,10 @@ class SlackStub:
     "upload"), and files.completeUploadExternal shares them (`.files`: what it shared, and where).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        # The name its URLs give: "localhost" makes every client resolve it (through the event loop's
+        # default executor, as aiohttp resolves slack.com), while it still listens on 127.0.0.1 only.
+        self.host = host
         self.calls: list[tuple[str, dict]] = []
         self.attempts: list[tuple[str, dict, int]] = []
         self.responses: list[tuple[str, dict]] = []
@@ -124,7 +127,7 @@ class SlackStub:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def api_url(self) -> str:

@@ -13,6 +13,7 @@ from bot.core.ledger import Incident, Ledger, Outgoing
 from bot.core.timeline import incidents_between, spans
 from bot.core.verdict import Concern, Phase, Worry
 from bot.render.history import ACTION_PLOT, CHART_ACTIONS, history_message
+from handlers.commands import NOT_ALLOWED
 from tests.test_plot import a_readable_png, bot_with_memory, stub  # noqa: F401 - stub: the module's Slack stand-in
 from tests.test_slack_app import Bot
 
@@ -158,10 +159,14 @@ async def test_a_chart_button_for_a_run_not_seen_here_uploads_nothing(make_bot, 
 
 
 async def test_a_chart_button_outside_access_is_an_unknown_run(make_bot, stub):
-    async with make_bot(access='[access]\nusers = ["U0BOB"]') as bot:
-        name, _ = await bot.click(ACTION_PLOT, "dflash loss 3600", user="U0ALICE")
-        answer = await bot.answer(name)
-    assert not stub.files and answer["text"] == "run “dflash” is not known here"
+    async with make_bot(access='[access]\nusers = ["U0BOB"]', dflash_extra='users = ["U0BOB", "U0ALICE"]') as bot:
+        hidden, _ = await bot.click(ACTION_PLOT, "llama-7b loss 3600", user="U0ALICE")
+        answer = await bot.answer(hidden)
+        # Someone allowed nowhere hears what /run tells them, whichever run the button names (issue 19.10).
+        nowhere = [(await bot.click(ACTION_PLOT, f"{run} loss 3600", user="U0EVE"))[0] for run in ("dflash", "gpt5")]
+        refusals = [(await bot.answer(name))["text"] for name in nowhere]
+    assert not stub.files and answer["text"] == "run “llama-7b” is not known here"
+    assert refusals == [NOT_ALLOWED] * 2
 
 
 async def test_history_is_in_the_help(make_bot):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import math
 import os
@@ -9,6 +10,7 @@ import re
 import struct
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -20,6 +22,7 @@ from bot.core.ledger import Incident, Ledger, PutIncident
 from bot.core.verdict import Phase
 from bot.render import chart as render_chart
 from bot.render.chart import chart
+from bot.service.charts import ChartQueue
 from bot.service.store import Store
 from handlers import plot as plot_handler
 from handlers.commands import Usage
@@ -468,3 +471,72 @@ def test_the_words_after_the_run(words, parsed):
 def test_words_that_are_not_a_metric_or_a_duration(words):
     with pytest.raises(Usage):
         plot_handler.parse_args(words)
+
+
+# -- a storm of charts ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def named_stub():
+    """The Slack stand-in reached by name, as Slack is: every call resolves "localhost" first, in the
+    event loop's default executor (aiohttp's resolver), which is what 50 charts once starved."""
+    with SlackStub(host="localhost") as s:
+        yield s
+
+
+def last_word(stub: SlackStub, name: str):
+    """The answer to `name` once it is more than its place in the queue (None until then)."""
+    said = stub.responses_to(name)
+    return said[-1] if said and not said[-1]["text"].startswith(":hourglass") else None
+
+
+async def test_fifty_charts_at_once_leave_help_answered_promptly(tmp_path, named_stub):
+    # 50 `/run plot` at once: one `/run help` answer was lost, the charts took 67.5 s (issue 19.8).
+    named_stub.reset()
+    now = time.time()
+    async with bot_with_memory(tmp_path, named_stub, {"dflash": history(now=now, hours=6)}, []) as bot:
+        await bot.ask("help")  # the first request pays for auth.test
+        started = time.monotonic()
+        plots = await asyncio.gather(*(bot.command("plot dflash") for _ in range(50)))
+        assert all(status == 200 for _, status, _ in plots)
+        asked = time.monotonic()
+        help_ = await bot.ask("help")
+        help_s = time.monotonic() - asked
+        answers = [await named_stub.until(lambda n=name: last_word(named_stub, n), timeout=240) for name, _, _ in plots]
+        storm_s = time.monotonic() - started
+    assert "/run plot RUN" in help_["text"]
+    assert help_s < 2.0, f"help took {help_s:.1f} s behind 50 charts"
+    assert len(named_stub.files) == 50
+    assert all(a["text"].startswith(":chart_with_upwards_trend: posted dflash's loss chart") for a in answers)
+    # Each asker whose chart had to wait heard its place first: 1, 2, … 49 ahead, once each.
+    places = sorted(int(m["text"].split()[1]) for name, _, _ in plots for m in named_stub.responses_to(name)
+                    if m["text"].startswith(":hourglass"))
+    assert places == list(range(1, 50))
+    print(f"help {help_s:.2f} s during the storm, 50 charts in {storm_s:.1f} s")
+
+
+async def test_past_the_queue_limit_a_chart_is_refused_in_one_line(make_bot, stub, monkeypatch):
+    gate = threading.Event()
+    drawn = render_chart.chart
+
+    def held(*args, **kwargs):  # each chart waits for the gate: the queue fills up deterministically
+        gate.wait(30)
+        return drawn(*args, **kwargs)
+
+    monkeypatch.setattr(plot_handler.render_chart, "chart", held)
+    async with make_bot() as bot:
+        bot.services.charts = ChartQueue(limit=2)
+        await bot.ask("help")
+        plots = [name for name, status, _ in await asyncio.gather(*(bot.command("plot dflash") for _ in range(5)))]
+        # Three refusals and the second in line's place in the queue, while the first is still being drawn.
+        await stub.until(lambda: sum(bool(stub.responses_to(n)) for n in plots) == 4)
+        assert bot.services.charts.queued == 2
+        gate.set()
+        answers = [await stub.until(lambda n=name: last_word(stub, n), timeout=60) for name in plots]
+    texts = sorted(a["text"] for a in answers)
+    assert texts[-3:] == ["too many charts queued, try again in a minute"] * 3
+    assert all(t.startswith(":chart_with_upwards_trend: posted") for t in texts[:2])
+    assert len(stub.files) == 2
+    # The second in line heard its place while the first was drawn; the first was drawn at once.
+    notes = [m["text"] for n in plots for m in stub.responses_to(n) if m["text"].startswith(":hourglass")]
+    assert notes == [":hourglass_flowing_sand: 1 chart ahead of yours; it will be posted here when drawn"]

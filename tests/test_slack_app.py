@@ -29,6 +29,7 @@ from tests.slack_stub import (
     SECRET,
     SlackStub,
     action_body,
+    action_payload,
     sign,
     slash_body,
 )
@@ -429,7 +430,7 @@ async def test_a_refused_click_changes_nothing(make_bot, stub):
         gone_answer = await bot.answer(gone)
         assert bot.probes == 0
     assert lines(answer)[0].startswith("not allowed") and answer["replace_original"] is False
-    assert "no longer configured" in gone_answer["text"]
+    assert gone_answer["text"] == "run “deleted-run” is not known here"  # as a run hidden from the clicker
     assert stub.posts("chat.update") == []
 
 
@@ -626,3 +627,129 @@ async def test_doctor_is_for_admins_only_and_answers_only_to_them(make_bot, stub
     assert "✓ SLACK_BOT_TOKEN accepted (auth.test): @runbot in Test" in said
     assert said[-1].startswith(f"{len(said) - 1} checks: ")
     assert BOT_TOKEN not in all_text(report)
+
+
+# -- replays, stalls and odd clicks (issue 19.10) ---------------------------------------------------
+
+
+async def test_a_replayed_request_is_answered_once(make_bot, stub, caplog):
+    # A signed request replayed within Slack's 5 minutes was answered each time.
+    async with make_bot() as bot:
+        body = slash_body("status dflash", response_url=stub.response_url("once"))
+        headers = sign(body)
+        assert (await bot.post(body, headers))[0] == 200
+        await bot.answer("once")
+        for _ in range(3):
+            status, text, _ = await bot.post(body, headers)
+            assert (status, text) == (401, "replayed request")
+        click = action_body("runbot.tail", "dflash", response_url=stub.response_url("click"), ephemeral=True)
+        click_headers = sign(click)
+        assert (await bot.post(click, click_headers))[0] == 200
+        assert (await bot.post(click, click_headers))[0] == 401
+        # The same body signed anew (as Slack's own retries are) is a new request.
+        again = sign(body, timestamp=int(headers["X-Slack-Request-Timestamp"]) - 10)
+        assert (await bot.post(body, again))[0] == 200
+        await asyncio.sleep(0.5)
+    assert len(stub.responses_to("once")) == 2 and len(stub.responses_to("click")) == 1
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_a_stalled_body_is_closed_within_the_body_timeout(make_bot):
+    # Headers and part of a body, then nothing: the connection must close at the timeout, not later.
+    async with make_bot(timeouts={"header_timeout": 5.0, "body_timeout": 1.5}) as bot:
+        port = int(bot.url.rsplit(":", 1)[1])
+        body = slash_body("status dflash", response_url=bot.stub.response_url("stalled"))
+        head = "".join(f"{k}: {v}\r\n" for k, v in sign(body).items())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n"
+                     f"{body[:len(body) // 2]}".encode())
+        await writer.drain()
+        sent = time.monotonic()
+        closed, said = await _closed_within(reader, 5.0)
+        took = time.monotonic() - sent
+        writer.close()
+        assert closed and said.startswith(b"HTTP/1.1 408"), said
+        assert 1.4 < took < 2.2, f"closed {took:.2f} s after the last byte (body timeout 1.5 s)"
+        assert (await bot.post("payload=x", sign("payload=x")))[0] == 400  # the server still serves
+
+
+async def test_a_body_declared_too_large_is_refused_before_it_is_read(make_bot):
+    async with make_bot(timeouts={"header_timeout": 5.0, "body_timeout": 3.0}) as bot:
+        port = int(bot.url.rsplit(":", 1)[1])
+        head = "".join(f"{k}: {v}\r\n" for k, v in sign("x").items())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {50 << 20}\r\n\r\nxx".encode())
+        await writer.drain()
+        sent = time.monotonic()
+        closed, said = await _closed_within(reader, 6.0)
+        took = time.monotonic() - sent
+        writer.close()
+        assert closed and said.startswith(b"HTTP/1.1 413"), said
+        assert took < 1.0, f"refused after {took:.2f} s"
+
+
+# Every button, and the value it carries for a run called {}.
+BUTTONS = [("runbot.refresh", "{}"), ("runbot.tail", "{}"), ("runbot.gpus", "{}"), ("runbot.status", "{}"),
+           ("runbot.mute", "{}"), ("runbot.plot.loss", "{} loss 21600"), ("runbot.plot", "{} rate 3600")]
+
+
+async def test_a_button_for_a_hidden_run_answers_as_one_for_a_run_that_is_gone(make_bot, stub, caplog):
+    # Buttons said "not allowed" for a hidden run and "no longer configured" for a missing one (issue 19.10).
+    caplog.set_level(logging.INFO, "runbot.commands")
+    async with make_bot(access='[access]\nusers = ["U0ALICE"]', dflash_extra='users = ["U0BOB"]') as bot:
+        for action_id, value in BUTTONS:
+            said = []
+            for run in ("llama-7b", "qwen-7b"):  # hidden from Bob, and configured nowhere
+                name, status = await bot.click(action_id, value.format(run), user="U0BOB")
+                assert status == 200
+                said.append(json.dumps(await bot.answer(name), ensure_ascii=False).replace(run, "RUN"))
+            hidden, gone = said
+            assert hidden == gone, action_id
+            assert json.loads(hidden)["text"] == "run “RUN” is not known here"
+        assert bot.probes == 0
+    outcomes = {r.runbot["outcome"] for r in caplog.records if getattr(r, "runbot", {}).get("event") == "button"}
+    assert outcomes == {"unknown_run"}
+    assert stub.posts("chat.update") == [] and not stub.files
+
+
+def _click_payload(stub, name: str, action_id: str, **changes) -> str:
+    payload = action_payload(action_id, "dflash", response_url=stub.response_url(name))
+    for path, value in changes.items():  # "actions.0.value" -> payload["actions"][0]["value"]
+        *parents, last = path.split(".")
+        where = payload
+        for key in parents:
+            where = where[int(key)] if key.isdigit() else where[key]
+        where[int(last) if last.isdigit() else last] = value
+    return urllib.parse.urlencode({"payload": json.dumps(payload)})
+
+
+MALFORMED_CLICKS = [
+    {"actions.0.value": ["dflash"]}, {"actions.0.value": {"run": "dflash"}}, {"actions.0.value": 42},
+    {"actions.0.value": True}, {"user.id": ["U0ALICE"]}, {"channel": "C0TEAM"}, {"channel.id": 7},
+    {"container": []}, {"container.message_ts": 1796000001.0001}, {"container.is_ephemeral": "yes"},
+    {"message": "hello"}, {"response_url": ["https://hooks.slack.com/x"]}, {"response_url": 42},
+]
+# Odd blocks in the clicked message only mean it is no alert: the click is answered as on any message.
+ODD_BLOCKS = [{"message.blocks": "x"}, {"message.blocks": [1, {"type": "actions", "elements": "x"}]}]
+
+
+@pytest.mark.parametrize("action_id", [a for a, _ in BUTTONS])
+async def test_a_malformed_click_is_a_log_line_not_a_traceback(make_bot, stub, caplog, action_id):
+    # A list-typed button value logged a traceback (issue 19.10).
+    caplog.set_level(logging.INFO)
+    value = "dflash loss 21600" if action_id.startswith("runbot.plot") else "dflash"
+    async with make_bot() as bot:
+        for k, changes in enumerate(MALFORMED_CLICKS + ODD_BLOCKS):
+            body = _click_payload(stub, f"odd{k}", action_id, **{"actions.0.value": value, **changes})
+            status, _, _ = await bot.post(body, sign(body))
+            assert status == 200, changes
+        ignored = lambda: [r for r in caplog.records if "malformed payload" in r.getMessage()]  # noqa: E731
+        await stub.until(lambda: len(ignored()) == len(MALFORMED_CLICKS))
+        await asyncio.sleep(0.5)  # time for any listener still running to fail
+        assert (await bot.ask("help"))["text"]  # the bot still answers
+    tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
+    assert not tracebacks, tracebacks
+    assert all("\n" not in r.getMessage() for r in ignored())
+    assert not [n for n, _ in stub.responses if n in {f"odd{k}" for k in range(len(MALFORMED_CLICKS))}]  # silent acks
+    for _, payload in stub.responses:
+        assert "Traceback" not in json.dumps(payload) and "Error" not in payload["text"]

@@ -7,7 +7,7 @@ import urllib.parse
 
 import pytest
 
-from bot.service.slack_requests import body_fault, timestamp_fault
+from bot.service.slack_requests import WINDOW_S, SeenSignatures, body_fault, timestamp_fault
 
 FORM = "application/x-www-form-urlencoded"
 
@@ -62,3 +62,32 @@ def test_timestamps(value, fault):
 def test_bodies(body, content_type, fault):
     said = body_fault(body, content_type)
     assert (said is None) if fault is None else (said is not None and fault in said), said
+
+
+T = 1_800_000_000
+
+
+@pytest.mark.parametrize("seen, then, first", [
+    ([], ("v0=a", T, T), True),
+    ([("v0=a", T, T)], ("v0=a", T, T + 1), False),  # replayed a second later
+    ([("v0=a", T, T)], ("v0=a", T, T + WINDOW_S), False),  # at the window's edge the signature is still valid
+    ([("v0=a", T, T)], ("v0=a", T, T + WINDOW_S + 2), True),  # past it the verifier refuses it anyway: forgotten
+    ([("v0=a", T + WINDOW_S, T)], ("v0=a", T + WINDOW_S, T + 2 * WINDOW_S), False),  # a timestamp ahead lives longer
+    ([("v0=a", T, T)], ("v0=b", T, T + 1), True),
+])
+def test_signatures_are_remembered_as_long_as_they_are_valid(seen, then, first):
+    memory = SeenSignatures()
+    for signature, ts, now in seen:
+        assert memory.first_time(signature, ts, now) is True
+    assert memory.first_time(*then) is first
+
+
+def test_memory_is_bounded_and_a_full_memory_refuses_rather_than_forgets():
+    memory = SeenSignatures(limit=100)
+    for k in range(100):
+        assert memory.first_time(f"v0={k}", T, T)
+    assert memory.first_time("v0=new", T, T + 1) is None  # cannot tell: refused, nothing forgotten
+    assert memory.first_time("v0=0", T, T + 1) is False
+    assert len(memory) == 100
+    assert memory.first_time("v0=new", T + 60, T + WINDOW_S + 2) is True  # the old ones have expired
+    assert len(memory) == 1

@@ -14,6 +14,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from handlers import actions, commands, doctor, history, host, plot, watch
+from bot.service.charts import ChartQueue
 from bot.service.slack_http import web_api_retries
 from bot.probe.scheduler import Priority, Scheduler
 from bot.probe.targets import Targets
@@ -37,6 +38,7 @@ class Services:
     watchdog: Any = None
     scheduler: Scheduler | None = None  # every probe goes through it (made from targets when not given)
     clock: Callable[[], float] = time.time
+    charts: ChartQueue = field(default_factory=ChartQueue)  # /run plot draws here, never in the default executor
     pending: set = field(default_factory=set, repr=False)  # listener tasks still working, for a clean stop
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ import inspect
 import logging
 import signal
 import sys
+import time
 from typing import Any, Mapping
 
 from aiohttp import web
@@ -19,7 +20,7 @@ from slack_sdk.signature import SignatureVerifier
 from bot.service import watchdog
 from bot.service.app import Services, build_app, make_services
 from bot.service.logs import JsonLines, to_stderr
-from bot.service.slack_requests import MAX_BODY, body_fault, timestamp_fault
+from bot.service.slack_requests import MAX_BODY, SeenSignatures, body_fault, timestamp_fault
 from bot.service.state_file import StateFile, StateFileError
 from config.registry import ConfigError, Registry
 from config.settings import Settings, check_tokens
@@ -106,6 +107,7 @@ async def serve_async(
             except Exception:
                 log.exception("on_stop hook failed")
         await services.targets.close()
+        services.charts.close()
         if services.store is not None:
             services.store.close()  # the watchdog's on_stop may have closed it already: closing twice is harmless
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -144,28 +146,35 @@ def http_runner(app: AsyncApp, settings: Settings, *, header_timeout: float = HE
 
 
 def http_app(app: AsyncApp, signing_secret: str, *, body_timeout: float = BODY_TIMEOUT_S) -> web.Application:
-    """POST /slack/events (signed requests only, within Slack's 5-minute window) and GET /healthz.
+    """POST /slack/events (signed requests only, within Slack's 5-minute window, each once) and GET /healthz.
 
     The signature is checked here, before anything parses the body: an unsigned request is a 401
-    whatever it holds, and a signed one that is not a request runbot serves is a 400, rather
-    than reaching Bolt and failing inside it with a traceback.
+    whatever it holds, a replayed one too, and a signed one that is not a request runbot serves is
+    a 400, rather than reaching Bolt and failing inside it with a traceback.
     """
     verifier = SignatureVerifier(signing_secret)
+    seen = SeenSignatures()
 
-    async def events(request: web.Request) -> web.Response:
+    async def events(request: web.Request) -> web.StreamResponse:
         timestamp = request.headers.get("X-Slack-Request-Timestamp")
         if fault := timestamp_fault(timestamp):
             return web.Response(status=401, text=fault)
+        if (request.content_length or 0) > MAX_BODY:  # said up front: refused unread
+            return await _refuse_and_close(request, 413, "body too large")
         try:
             body = await asyncio.wait_for(request.text(), body_timeout)
         except asyncio.TimeoutError:
-            slow = web.Response(status=408, text="body too slow")
-            slow.force_close()  # the rest of that body must not be read as a next request
-            return slow
+            return await _refuse_and_close(request, 408, "body too slow")
         except (UnicodeDecodeError, ValueError):
             return web.Response(status=400, text="body is not text")
-        if not verifier.is_valid(body, timestamp, request.headers.get("X-Slack-Signature", "")):
+        signature = request.headers.get("X-Slack-Signature", "")
+        if not verifier.is_valid(body, timestamp, signature):
             return web.Response(status=401, text="invalid signature or stale timestamp")
+        fresh = seen.first_time(signature, int(timestamp), time.time())  # type: ignore[arg-type]
+        if not fresh:
+            log.warning("refused a signed request: %s", "replayed" if fresh is False else f"{len(seen)} requests in 5 min")
+            return web.Response(status=401, text="replayed request") if fresh is False else \
+                web.Response(status=429, text="too many requests")
         if fault := body_fault(body, request.content_type):
             log.info("refused a signed request: %s", fault)
             return web.Response(status=400, text=fault)
@@ -179,6 +188,17 @@ def http_app(app: AsyncApp, signing_secret: str, *, body_timeout: float = BODY_T
     web_app.router.add_post(EVENTS_PATH, events)
     web_app.router.add_get("/healthz", healthz)
     return web_app
+
+
+async def _refuse_and_close(request: web.Request, status: int, text: str) -> web.StreamResponse:
+    """Answer at once and close the connection: no lingering read of a body that stalls or that is too large
+    (aiohttp reads what is left of a body for a while after an early answer, unless the connection is closed)."""
+    refused = web.Response(status=status, text=text)
+    refused.force_close()
+    await refused.prepare(request)
+    await refused.write_eof()
+    request.protocol.force_close()  # the answer is in the transport's buffer: closing sends it first
+    return refused
 
 
 async def _http_mode(app: AsyncApp, settings: Settings, host: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 import urllib.parse
@@ -9,6 +10,8 @@ from typing import Any
 
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit() also takes "²" and "١"
 MAX_BODY = 1 << 20  # Slack's payloads are a few KiB; a view can reach ~100 KiB
+WINDOW_S = 5 * 60  # a signature is accepted while its timestamp is within this of now, either way (slack_sdk)
+MAX_REMEMBERED = 50_000  # ~170 requests/s for 5 minutes, ~10 MB; Slack sends one app far fewer
 
 
 def timestamp_fault(value: str | None) -> str | None:
@@ -75,3 +78,35 @@ def _interaction_fault(payload: Any) -> str | None:
         if not all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions):
             return "an action without action_id"
     return None
+
+
+class SeenSignatures:
+    """The signatures of the requests accepted in the last few minutes, to refuse a request sent twice.
+
+    A valid signature stays valid while its timestamp is within WINDOW_S of now, so each is kept until
+    then and no longer: memory follows the rate of requests, and at most `limit` are kept. When that
+    many are held, new requests are refused (`full`) rather than an old signature forgotten, which
+    would let it be replayed. Slack never sends one twice: its retries are new requests, signed anew.
+    """
+
+    def __init__(self, limit: int = MAX_REMEMBERED, window: float = WINDOW_S) -> None:
+        self.limit, self.window = limit, window
+        self._until: dict[str, float] = {}  # signature -> when it stops being valid anyway
+        self._expiring: list[tuple[float, str]] = []  # the same, as a heap, soonest first
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def first_time(self, signature: str, timestamp: int, now: float) -> bool | None:
+        """Whether this (already verified) signature is new, and remember it; None: too many held to tell."""
+        while self._expiring and self._expiring[0][0] < now:
+            _, old = heapq.heappop(self._expiring)
+            self._until.pop(old, None)
+        if signature in self._until:
+            return False
+        if len(self._until) >= self.limit:
+            return None
+        until = timestamp + self.window + 1.0  # a second more: the verifier read its clock a moment earlier
+        self._until[signature] = until
+        heapq.heappush(self._expiring, (until, signature))
+        return True
