@@ -8,6 +8,7 @@ import sqlite3
 import pytest
 
 from bot.core.alerts import RunState, Status
+from bot.core.digest import Fold
 from bot.core.ledger import Ledger, Outgoing, Watch
 from bot.core.verdict import Concern, Worry
 from bot.service.state_file import StateFile, StateFileError
@@ -179,6 +180,34 @@ def test_a_schema_1_file_is_read_and_upgraded(tmp_path):
     assert (row.key, row.parent_ts) == ("a#3:1", "1.1")
     sf.close()
 
+
+
+async def test_a_schema_3_file_gains_the_digest_columns_and_a_digest_round_trips(tmp_path):
+    # Schema 3, as the runbot before channel digests wrote it: no incidents.digest, no outbox.note.
+    path = tmp_path / "old.sqlite3"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE incidents DROP COLUMN digest")
+    db.execute("ALTER TABLE outbox DROP COLUMN note")
+    db.execute("INSERT INTO incidents (run, seq, channel, parent_ts, opened_at) VALUES ('a', 3, 'C1', '1.1', ?)", (T0,))
+    db.execute("INSERT INTO outbox (key, run, seq, op, payload, created_at) VALUES ('a#3:1', 'a', 3, 'reply', '{}', ?)", (T0,))
+    db.execute("PRAGMA user_version=3")
+    db.commit()
+    db.close()
+    sf = StateFile.open(path)
+    [row] = sf.ledger.pending("a")
+    assert (row.parent_ts, row.note, row.digest) == ("1.1", "", None)  # its own thread, as before
+    # A storm's digest and a run told in it survive a restart: its thread is the digest's.
+    sf.ledger.commit("b", STATE, [Outgoing("post", {"text": "b"}, "C1", note="opened")], now=T0)
+    sf.ledger.fold("C1", Fold(drop=(sf.ledger.pending("b")[0].id,), attach=(("b", 3),)), T0)
+    [(channel, seq)] = sf.ledger.take_stale()
+    sf.ledger.tell_digest(channel, seq, {"text": "1 run changed at once"}, T0, calm=False)
+    assert await sf.flush()
+    sf.close()
+    again = StateFile.open(path)
+    assert again.ledger.incidents == sf.ledger.incidents and again.ledger.messages == sf.ledger.messages
+    assert again.ledger.members("C1", 1) == [("b", 3)] and again.ledger.open_digest("C1").seq == 1
+    again.close()
 
 # A row exactly as the previous runbot wrote it, when concerns were "kind:subject" strings.
 OLD_ROW = {"status": "open", "concern": "thread_died:drafter-1", "seq": 3, "announced": True, "opened_at": T0,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import tzinfo
 
 from bot.core import humanize as hz
 from bot.render.times import clock, slack_time
 from bot.core.alerts import Post, Reply, RunState, Status
+from bot.core.digest import calm, rank
 from bot.render.slack import (
     ACTION_MUTE,
     buttons,
@@ -145,6 +147,56 @@ def message(run: str, action: Post | Reply, state: RunState, verdict: Verdict | 
     if isinstance(action, Post):
         return parent(run, state, verdict, now, tz)
     return reply(run, action, state, now)
+
+
+# --- a channel's storm digest ---------------------------------------------------------------
+
+GROUP_CHARS = 600  # names listed per line of the digest before "+N more": a few lines on a phone
+
+
+def digest(members: Sequence[tuple[str, RunState | None]], opened_at: float, now: float, tz: tzinfo | None = None) -> dict:
+    """The one message a storm is told in: how many runs changed and how they stand, then one line per kind of
+    trouble, worst first, naming its runs. `members`: each run told in it with its state (None: it went on to a
+    newer incident, told elsewhere)."""
+    groups: dict[tuple, tuple[str, str, list[str]]] = {}  # (rank, what) -> (emoji, what, names)
+    for run, state in members:
+        if state is None or calm(state):
+            key, emoji, what = (4, 0, ""), EMOJI["recovered"], "calm again"
+        else:
+            key = (*rank(state), concern_words(state.concern))
+            what = "flapping" if state.flapping else "recovering" if state.status is Status.RECOVERING else key[2]
+            emoji = _emoji(state)
+        name = run + (" (muted)" if state is not None and state.muted(now) else "")
+        groups.setdefault(key, (emoji, what, []))[2].append(name)
+    shown = [(key, *groups[key]) for key in sorted(groups)]
+    count = lambda n, what: f"{n} {what}"  # noqa: E731
+    said = ", ".join(count(len(names), what) for _, _, what, names in shown) if shown else "nothing yet"
+    head = f"{len(members)} run{'s' if len(members) != 1 else ''} changed at once: " + (
+        "all calm again" if [k[0] for k, *_ in shown] == [4] else said)
+    emoji = shown[0][1] if shown else EMOJI["recovered"]
+    lines = [f"{e} *{safe(what)}* ({len(names)}): {_names(sorted(names, key=_natural), GROUP_CHARS)}"
+             for _, e, what, names in shown]
+    notes = ["one message for this channel while many runs change at once, edited as they do; a crash still gets its own",
+             f"since {slack_time(opened_at, tz)}", f"updated {slack_time(now, tz)}"]
+    blocks = [section(f"{emoji} *{safe(head)}*"), section(cut("\n".join(lines), 2900)), context(" · ".join(notes))]
+    return fit({"text": safe(head), "blocks": blocks})
+
+
+def _names(names: Sequence[str], room: int) -> str:
+    """Names, escaped and comma-separated, as many as fit in `room` characters, then "+N more"."""
+    out, used = [], 0
+    for i, name in enumerate(names):
+        shown = safe(name)
+        if out and used + len(shown) + 2 > room:
+            return ", ".join(out) + f" +{len(names) - i} more"
+        out.append(shown)
+        used += len(shown) + 2
+    return ", ".join(out)
+
+
+def _natural(name: str) -> list:
+    """flap2 before flap10."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 # --- /run watch -----------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from bot.core.ledger import (
     Watch,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _POINTS = """
 CREATE TABLE point_runs (id INTEGER PRIMARY KEY, run TEXT NOT NULL UNIQUE);
 CREATE TABLE words (id INTEGER PRIMARY KEY, word TEXT NOT NULL UNIQUE);  -- units and role names, once each
@@ -60,6 +60,7 @@ CREATE TABLE incidents (            -- one per parent message: where its thread 
     channel TEXT NOT NULL, parent_ts TEXT, opened_at REAL NOT NULL,
     concern TEXT,                   -- Concern.key of the worst it told (NULL: a finished run's note)
     closed_at REAL,
+    digest INTEGER,                 -- told in its channel digest of this number (a storm folded it), NULL: its own thread
     PRIMARY KEY (run, seq)
 );
 CREATE TABLE outbox (               -- every message, written before it is sent
@@ -73,7 +74,8 @@ CREATE TABLE outbox (               -- every message, written before it is sent
     tried_at REAL,                  -- set before each attempt, cleared by its known outcome: set = in doubt
     last_error TEXT,
     sent_at REAL, ts TEXT,
-    priority INTEGER NOT NULL DEFAULT 0  -- the concern's severity: first out when Slack is busy
+    priority INTEGER NOT NULL DEFAULT 0, -- the concern's severity: first out when Slack is busy
+    note TEXT NOT NULL DEFAULT ''   -- what it says ("opened", "recovered", "summary"…): a storm folds by it
 );
 CREATE TABLE watches (              -- /run watch: at most one per run
     run TEXT PRIMARY KEY, channel TEXT NOT NULL, ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT
@@ -85,6 +87,7 @@ _FROM_1 = ["ALTER TABLE runs RENAME TO runs_v1", _SCHEMA.split(";")[0],
            "DROP INDEX IF EXISTS outbox_pending", "ALTER TABLE outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"]
 _FROM_2 = [x for x in _POINTS.split(";") if x.strip()] + ["ALTER TABLE incidents ADD COLUMN concern TEXT",
                                                           "ALTER TABLE incidents ADD COLUMN closed_at REAL"]
+_FROM_3 = ["ALTER TABLE incidents ADD COLUMN digest INTEGER", "ALTER TABLE outbox ADD COLUMN note TEXT NOT NULL DEFAULT ''"]
 
 
 class StoreError(RuntimeError):
@@ -145,6 +148,9 @@ class Store:
             if version in (1, 2):
                 for statement in _FROM_2:
                     db.execute(statement)
+            if version in (1, 2, 3):
+                for statement in _FROM_3:
+                    db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def writable(self) -> None:
@@ -163,11 +169,11 @@ class Store:
         db = self._db
         states = {r["run"]: _state(r["state"]) for r in db.execute("SELECT * FROM runs")}
         incidents = {(r["run"], r["seq"]): Incident(r["run"], r["seq"], r["channel"], r["parent_ts"], r["opened_at"],
-                                                         _concern(r["concern"]), r["closed_at"])
+                                                         _concern(r["concern"]), r["closed_at"], r["digest"])
                      for r in db.execute("SELECT * FROM incidents")}
         messages = {r["id"]: Message(r["id"], r["key"], r["run"], r["seq"], r["op"], json.loads(r["payload"]),
                                      r["created_at"], r["attempts"], r["tried_at"], r["last_error"], r["sent_at"], r["ts"],
-                                     r["priority"])
+                                     r["priority"], r["note"])
                     for r in db.execute("SELECT * FROM outbox ORDER BY id")}
         watches = {r["run"]: Watch(**dict(r)) for r in db.execute("SELECT * FROM watches")}
         return Ledger(states, incidents, messages, watches)
@@ -267,14 +273,15 @@ def _write(db: sqlite3.Connection, change: Change) -> None:
         case PutState(run, state):
             db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?)", (run, _state_json(state)))
         case PutIncident(i):
-            db.execute("INSERT OR REPLACE INTO incidents (run, seq, channel, parent_ts, opened_at, concern, closed_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (i.run, i.seq, i.channel, i.parent_ts, i.opened_at,
-                                                        i.concern.key if i.concern is not None else None, i.closed_at))
+            db.execute("INSERT OR REPLACE INTO incidents (run, seq, channel, parent_ts, opened_at, concern, closed_at, "
+                       "digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (i.run, i.seq, i.channel, i.parent_ts, i.opened_at, i.concern.key if i.concern is not None else None,
+                        i.closed_at, i.digest))
         case PutMessage(m):
             db.execute("INSERT OR REPLACE INTO outbox (id, key, run, seq, op, payload, created_at, attempts, tried_at, "
-                       "last_error, sent_at, ts, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "last_error, sent_at, ts, priority, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (m.id, m.key, m.run, m.seq, m.op, json.dumps(m.payload), m.created_at, m.attempts, m.tried_at,
-                        m.last_error, m.sent_at, m.ts, m.priority))
+                        m.last_error, m.sent_at, m.ts, m.priority, m.note))
         case DropMessages(ids):
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
         case PutWatch(w):

@@ -12,14 +12,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
-from bot.core import alerts
+from bot.core import alerts, digest
 from bot.render import alerts as render_alerts
 from bot.core.alerts import Policy, Post, RunState, Seen, Update
 from bot.service.chat import Chat, ChatError, SlackChat
 from bot.probe.scheduler import Priority, Scheduler, batches
 from bot.core.budget import RESERVED, Bucket
+from bot.core.digest import digest_key, is_digest_key
 from bot.core.ledger import Outgoing, Pending, Watch
-from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, outage
+from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, is_host_key, outage
 from bot.service.state_file import StateFile
 from bot.core.verdict import Concern, Verdict, Worry
 from bot.service.history import History
@@ -34,6 +35,9 @@ KEEP_SENT_S = 7 * 86400.0  # sent outbox rows are kept this long (for a look at 
 # Slack's Retry-After is obeyed up to this long: past it, one call asks again (a 429 costs nothing),
 # so a 120 s answer cannot hold every alert back for two minutes after Slack is healthy.
 RETRY_AFTER_CAP_S = 30.0
+# A sweep's non-urgent news waits at most this long for the sweep's other probes to be judged, so that a
+# storm (many runs of one channel changing together) is seen whole, not after its first few were posted.
+STORM_HOLD_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,24 @@ class SweepReport:
     still_running: tuple[str, ...]  # runs whose probe from an earlier sweep has not come back
     queued: int  # messages this sweep decided
     waiting: int  # runs with messages still waiting for Slack afterwards
+
+
+class _Round:
+    """One sweep's probes being judged: `wait()` returns once all are, or after `hold` seconds."""
+
+    def __init__(self, probes: int, hold: float) -> None:
+        self._left, self._done = probes + 1, asyncio.Event()
+        self._timer = asyncio.get_running_loop().call_later(hold, self._done.set)
+        self.judged()  # none to wait for: done at once
+
+    def judged(self) -> None:
+        self._left -= 1
+        if self._left <= 0:
+            self._done.set()
+            self._timer.cancel()
+
+    async def wait(self) -> None:
+        await self._done.wait()
 
 
 class Watchdog:
@@ -77,6 +99,11 @@ class Watchdog:
         # row, and sweeps still to sit out. The gaps double, so a wrong channel costs a few calls an hour.
         self._refused: dict[str, list[int]] = {}
         self._trails: dict[str, tuple[str, ...]] = {}
+        # Per alert channel, when each run last had news (a post or a reply): what tells a storm (memory only:
+        # after a restart a storm is seen afresh). Channels with rows not yet folded; digest edits waiting for their turn.
+        self._news: defaultdict[str, dict[str, float]] = defaultdict(dict)
+        self._unfolded: set[str] = {c for row in self.ledger.pending() if (c := self._channel_of(row.run))}
+        self._digest_timers: dict[str, asyncio.Task] = {}
         for run in registry.runs.values():
             if run.alert_channel is None:
                 log.warning("run %s has no alert_channel: its alerts are tracked but not posted", run.name)
@@ -122,11 +149,15 @@ class Watchdog:
         held = self._sit_out()  # refused for certain lately: not tried this sweep
         tried: set[str] = set()  # delivered by their own probe's task: not tried twice
         probed = 0
+        groups = []
         for host, runs in self._groups():
             if any((t := self._inflight.get(r.name)) is not None and not t.done() for r in runs):
                 busy += [r.name for r in runs]
-                continue
-            task = asyncio.create_task(self._sweep_group(host, runs, tried, held), name=f"probe:{host or runs[0].name}")
+            else:
+                groups.append((host, runs))
+        round_ = _Round(len(groups), STORM_HOLD_S)
+        for host, runs in groups:
+            task = asyncio.create_task(self._sweep_group(host, runs, tried, held, round_), name=f"probe:{host or runs[0].name}")
             for run in runs:
                 self._inflight[run.name] = task
             launched.append(task)
@@ -195,19 +226,25 @@ class Watchdog:
     def _urgency(self, run_name: str) -> int:
         return max((row.priority for row in self.ledger.pending(run_name)), default=0)
 
-    async def _sweep_group(self, host: str | None, runs: list[Run], tried: set[str], held: set[str]) -> None:
+    async def _sweep_group(self, host: str | None, runs: list[Run], tried: set[str], held: set[str],
+                           round_: _Round) -> None:
         try:
-            verdicts = await self._probe_all(runs)
-            down = outage(host, verdicts) if host is not None else None
-            if host is not None:
-                self.judge(self._host_run(host, runs), down or answering(host, verdicts))
-            for run, verdict in zip(runs, verdicts):
-                self.judge(run, verdict, held=down is not None)
+            try:
+                verdicts = await self._probe_all(runs)
+                down = outage(host, verdicts) if host is not None else None
+                if host is not None:
+                    self.judge(self._host_run(host, runs), down or answering(host, verdicts))
+                for run, verdict in zip(runs, verdicts):
+                    self.judge(run, verdict, held=down is not None)
+            finally:
+                round_.judged()
             # The decisions on disk before anything is sent (if the disk allows); points alone wait for the
             # sweep's end, so 500 runs' history is one transaction and not 500 fsyncs.
             await self.state_file.flush(decisions_only=True)
             names = [r.name for r in runs] + ([host_key(host)] if host is not None else [])
             for name in sorted((n for n in names if n in self._backlog and n not in held), key=self._urgency, reverse=True):
+                if self._urgency(name) < alerts.CRASH_SEVERITY:
+                    await round_.wait()  # a crash goes at once; the rest once the sweep's storm, if any, is known
                 tried.add(name)
                 await self.deliver(name)
         except Exception:  # one run's bug must not end the sweep for the others
@@ -215,6 +252,17 @@ class Watchdog:
 
     def _host_run(self, host: str, runs: list[Run]) -> HostRun:
         return HostRun(host_key(host), host, self.registry.bot.alert_channel or runs[0].alert_channel)
+
+    def _channel_of(self, name: str) -> str | None:
+        """The alert channel, as configured, that a run's (a host's, a digest's) news goes to; None: not configured."""
+        if (run := self.registry.runs.get(name)) is not None:
+            return run.alert_channel
+        if is_digest_key(name):
+            return name.removeprefix(digest_key(""))
+        if is_host_key(name):
+            runs = [r for r in self.registry.runs.values() if host_key(r.host) == name]
+            return self._host_run(runs[0].host, runs).alert_channel if runs else None
+        return None
 
     @property
     def history(self) -> History:
@@ -245,6 +293,8 @@ class Watchdog:
         return self._commit(run, new, actions, verdict, now)
 
     def _commit(self, run: Run | HostRun, new: RunState, actions: list, verdict: Verdict | None, now: float) -> list[int]:
+        incident = self.ledger.incidents.get((run.name, new.seq))
+        actions = digest.alone(actions, incident is not None and incident.digest is not None)
         messages = []
         for action in actions:
             if isinstance(action, Update):
@@ -253,7 +303,7 @@ class Watchdog:
                 payload = render_alerts.message(run.name, action, new, verdict, now, self.tz)
                 concern = getattr(action, "concern", None) or new.concern
                 messages.append(Outgoing("post" if isinstance(action, Post) else "reply", payload, run.alert_channel,
-                                         priority=concern.severity if concern is not None else 0))
+                                         priority=concern.severity if concern is not None else 0, note=action.note))
         if messages and getattr(run, "summary", False) and alerts.told_end(actions, new):
             # Right after the message that tells the end, before the parent's edit: the thread reads in order.
             last_said = max(i for i, m in enumerate(messages) if m.op != "update")
@@ -265,6 +315,11 @@ class Watchdog:
             self.states[run.name] = new  # only the latest headline changed: memory, no write
             return []
         ids = self.ledger.commit(run.name, new, messages, now)  # before anything is sent
+        if run.alert_channel is not None and messages:
+            self._unfolded.add(run.alert_channel)
+            if any(m.op != "update" for m in messages):
+                self._heard(run.alert_channel, run.name, now)
+        ids += self._refresh_digests(now)  # an edit of a run told in a digest is an edit of the digest
         if ids:
             self._queued += len(ids)
             self._backlog.add(run.name)
@@ -277,12 +332,80 @@ class Watchdog:
         tally = self.history.tally(run_name)
         since = tally.started if tally is not None else math.inf
         earlier = sum(1 for i in self.ledger.incidents.values() if i.run == run_name and i.seq != state.seq and i.opened_at >= since)
-        return Outgoing("reply", render_alerts.summary(run_name, tally, verdict, earlier))
+        return Outgoing("reply", render_alerts.summary(run_name, tally, verdict, earlier), note=digest.SUMMARY)
+
+    # --- storms: one digest per channel ----------------------------------------------------------
+
+    def _heard(self, channel: str, run_name: str, now: float) -> None:
+        news = self._news[channel]
+        news[run_name] = now
+        for name in [n for n, t in news.items() if now - t >= digest.STORM_WINDOW_S]:
+            del news[name]
+
+    def _fold(self, channel: str) -> None:
+        """Fold the channel's unsent rows into its digest if it is in a storm (pure: digest.fold), and queue
+        the digest's post or edit. No await: nothing is sent between the decision and its rows."""
+        self._unfolded.discard(channel)
+        now = self.clock()
+        rows = [digest.Row(p.id, p.run, p.seq, p.op, p.note, p.priority, p.tried_at is not None, p.digest)
+                for p in self.ledger.pending() if not is_digest_key(p.run) and self._channel_of(p.run) == channel]
+        plan = digest.fold(rows, self._news.get(channel, {}), now)
+        if plan.drop or plan.attach or plan.edit:
+            opened = plan.attach and self.ledger.open_digest(channel) is None
+            self.ledger.fold(channel, plan, now)
+            if opened:
+                log.info("%s: %d runs changed at once; their news goes into one digest message", channel,
+                         len(self._news.get(channel, {})))
+        self._queued += len(self._refresh_digests(now))
+
+    def _refresh_digests(self, now: float) -> list[int]:
+        """Queue the post or edit of each digest whose runs changed, rendered as they stand now."""
+        ids = []
+        for channel, seq in self.ledger.take_stale():
+            if (told := self.ledger.incidents.get((digest_key(channel), seq))) is None:
+                continue
+            members = [(run, state if (state := self.states.get(run)) is not None and state.seq == s else None)
+                       for run, s in self.ledger.members(channel, seq)]
+            payload = render_alerts.digest(members, told.opened_at, now, self.tz)
+            row = self.ledger.tell_digest(channel, seq, payload, now, calm=all(digest.calm(s) for _, s in members),
+                                          priority=digest.DIGEST_PRIORITY)
+            if row is not None:
+                ids.append(row)
+                self._backlog.add(digest_key(channel))
+        return ids
+
+    async def _deliver_digest(self, channel: str) -> None:
+        """The channel's digest goes out now if its last message is EDIT_EVERY_S old (or it was never posted);
+        else once that time is up. The sweep's end sends it anyway."""
+        key = digest_key(channel)
+        if key not in self._backlog:
+            return
+        sent = [m.sent_at for m in self.ledger.messages.values() if m.run == key and m.sent_at is not None]
+        wait = digest.EDIT_EVERY_S - (self.clock() - max(sent)) if sent else 0.0
+        if wait <= 0:
+            await self.deliver(key)
+        elif key not in self._digest_timers:
+            async def later() -> None:
+                try:
+                    await asyncio.sleep(wait)
+                    await self._deliver_or_log(key)
+                finally:
+                    self._digest_timers.pop(key, None)
+
+            self._digest_timers[key] = asyncio.create_task(later(), name=f"digest:{channel}")
 
     # --- delivery -----------------------------------------------------------------------------
 
     async def deliver(self, run_name: str) -> None:
-        """Send a run's waiting messages in order; stop at the first failure (the next sweep retries)."""
+        """Send a run's waiting messages in order; stop at the first failure (the next sweep retries).
+
+        Its channel's rows are folded first when it is in a storm, and the channel's digest goes before
+        the run's own rows (it carries many runs' first alerts), unless it was edited a moment ago."""
+        channel = self._channel_of(run_name)
+        if channel is not None and channel in self._unfolded:
+            self._fold(channel)
+        if channel is not None and not is_digest_key(run_name):
+            await self._deliver_digest(channel)
         async with self._sending[run_name]:
             rows = self.ledger.pending(run_name)
             while rows:
@@ -291,8 +414,9 @@ class Watchdog:
                     break  # Slack is down or asked for quiet, or the thread's parent has not gone out yet
                 if not await self._send(row):
                     break
-                # A parent that just went out gives the rows behind it their thread: read them again.
-                rows = self.ledger.pending(run_name) if row.op == "post" else rows[1:]
+                # A parent that just went out gives the rows behind it their thread, and a storm may have
+                # folded the rows behind this one meanwhile: read them again.
+                rows = self.ledger.pending(run_name)
             if not self.ledger.pending(run_name):
                 self._backlog.discard(run_name)
 
@@ -306,7 +430,8 @@ class Watchdog:
 
     async def _send(self, row: Pending) -> bool:
         async with self._chat_gate:
-            return await self._send_now(row)
+            fresh = self.ledger.pending_row(row.id)  # a storm may have folded it while this waited for the gate
+            return True if fresh is None else await self._send_now(fresh)
 
     def _held_back(self) -> bool:
         return self._slack_down or self.clock() < self._quiet_until
@@ -488,7 +613,8 @@ class Watchdog:
         if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=False)
         await self.settled(timeout=2.0)  # a mute's edit under way: a moment to land, else it waits in the outbox
-        tasks = [t for t in (*self._inflight.values(), *self._background) if not t.done()]
+        # A digest edit waiting for its turn waits in the outbox instead (the next start sends it).
+        tasks = [t for t in (*self._inflight.values(), *self._background, *self._digest_timers.values()) if not t.done()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
