@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Sequence
 
+from bot.core.redact import clean_line
+
 
 class Outcome(Enum):
     PASS = "✓"
@@ -33,12 +35,13 @@ def passed(checks: Sequence[Check]) -> bool:
 
 
 def line(check: Check) -> str:
+    """One check, printable and redacted: a detail may quote a host's or a container's output."""
     said = f"{check.outcome.value} {check.name}"
     if check.detail:
         said += f": {check.detail}"
     if check.fix:
         said += f" — fix: {check.fix}"
-    return said
+    return clean_line(said)
 
 
 def report(checks: Sequence[Check]) -> str:
