@@ -85,3 +85,17 @@ def test_a_log_line_past_the_line_cap_with_a_token_across_it() -> None:
     tail = render_text.tail(v, 5)
     assert not leaks(HF, tail, *strings(render_slack.tail_message(v, 5)))
     assert tail.splitlines()[-1] == "step=2 loss=1.9"
+
+
+async def test_a_probe_that_fails_unexpectedly_says_so_redacted_then_cut() -> None:
+    """An exception nobody expected becomes the verdict (`the probe failed: …`), cut at 300 characters."""
+    from bot.probe.checkup import check_within
+    from bot.probe.replay import DefaultRun
+
+    class Broken:
+        async def run(self, script: str, *, timeout: float):
+            raise ValueError(straddling(300, "the probe failed: ValueError: bad line \x1b[2J").split(": ", 2)[2])
+
+    v = await check_within(DefaultRun("r"), lambda run: Broken(), timeout=5)
+    assert not leaks(HF, *shown(v)), v.headline
+    assert v.headline.startswith("the probe failed: ValueError") and v.headline.isprintable()
