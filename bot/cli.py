@@ -24,6 +24,7 @@ from bot.probe.targets import Targets
 from bot.service.history import History
 from bot.service.logs import PlainLines, to_stderr
 from bot.service.state_file import StateFile, StateFileError
+from bot.core.redact import printable
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
 from config.example import text as example_config
@@ -370,7 +371,7 @@ def _replay(args: argparse.Namespace, registry: Registry | None) -> int:
         where = runs[capture.run].where if capture.run in runs else ""
         answer = {"status": lambda: render_text.status(verdict, where=where), "gpus": lambda: render_text.gpus(verdict),
                   "tail": lambda: render_text.tail(verdict)}[args.view]()
-        head = f"# {capture.path.name}" + (f" · {args.later} later" if later else "")
+        head = f"# {printable(capture.path.name)}" + (f" · {args.later} later" if later else "")
         print(("\n" if n else "") + head + "\n" + answer)
     return EXIT_OK
 

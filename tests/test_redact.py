@@ -110,6 +110,8 @@ ORDINARY = [
 # near miss from ordinary text that must stay as it is). Made-up tokens of the right shape.
 A36, H32, H64 = "aB3dE6gH9jK2mN5pQ8rS1tV4wX7yZ0bC3dE6", "0123456789abcdef" * 2, "0123456789abcdef" * 4
 B64_40 = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+AZ = "Abc8Q~" + "dEf.gHi_jKl~mNo-pQrStUvWxYz0123456"[:34]  # an Azure AD client secret's shape
+SAS = "Zm9vYmFyYmF6cXV4%2Bcm9vdA%3D%3D"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 RULE_CASES = [
     ("slack-config-token", "refresh xoxe.xoxp-1-" + A36, "refresh xoxe.xoxp-[redacted]", "xoxe.xoxp-1 in the docs"),
@@ -157,6 +159,20 @@ RULE_CASES = [
     ("authorization-header", "authorization: token abcdef123456", "authorization: token [redacted]", "authorization: required"),
     ("bearer-token", "Bearer " + A36, "Bearer [redacted]", "Bearer token"),
     ("wandb-login", "wandb login --relogin " + H32 + "01234567", "wandb login --relogin [redacted]", "wandb login --relogin"),
+    ("stripe-webhook-secret", "STRIPE_WEBHOOK whsec_" + A36, "STRIPE_WEBHOOK whsec_[redacted]", "whsec_short"),
+    ("wandb-local-key", "wandb login --host http://wandb.lab local-" + H32 + "01234567",
+     "wandb login --host http://wandb.lab local-[redacted]", "local-rank 3 local-" + H32),
+    ("azure-ad-client-secret", "AZURE_CLIENT_SECRET " + AZ, "AZURE_CLIENT_SECRET [redacted]", "vQ~ and 8Q~short"),
+    ("azure-sas-signature", "https://ml.blob.core.windows.net/c/x.pt?sv=2022-11-02&sp=r&sig=" + SAS + "&se=2025",
+     "https://ml.blob.core.windows.net/c/x.pt?sv=2022-11-02&sp=r&sig=[redacted]&se=2025", "config=sig=1 x?sig=short"),
+    ("aws-presigned-signature", "GET /o.bin?X-Amz-Expires=300&X-Amz-Signature=" + H64, "GET /o.bin?X-Amz-Expires=300&X-Amz-Signature=[redacted]",
+     "X-Amz-SignedHeaders=host"),
+    ("mysql-password", "mysqldump -h db -uroot -pS3cr3t!x train > dump.sql", "mysqldump -h db -uroot -p[redacted] train > dump.sql",
+     "mysql -h db -u root -p train"),
+    ("sshpass-password", "sshpass -p 'hunter 2' ssh node1", "sshpass -p [redacted] ssh node1", "sshpass -f ~/.pw ssh node1"),
+    ("netrc-password", "machine api.wandb.ai login user password " + H32, "machine api.wandb.ai login user password [redacted]",
+     "machine learning models need a password reset"),
+    ("netrc-password-line", "  password " + H32, "  password [redacted]", "password is required"),
     ("url-password", "https://user:pa55word@pypi.internal/simple", "https://user:[redacted]@pypi.internal/simple",
      "http://localhost:8080/v1 and git@github.com:org/repo"),
 ]

@@ -302,6 +302,87 @@ async def test_missing_known_hosts_file_is_refused(pve1) -> None:
     await pool.close()
 
 
+# A `.env` where known_hosts or the key should be: asyncssh's "Invalid known hosts entry: <the line>"
+# became the run's verdict and went to the alert channel. What a file holds is never said.
+DOTENV_SECRETS = ("xoxb-123456789012-abcdefghijkl", "hunter2-db-pass", "0123456789abcdef0123456789abcdef")
+DOTENV = f"SLACK_BOT_TOKEN={DOTENV_SECRETS[0]}\nDB_PASS={DOTENV_SECRETS[1]}\nWANDB_KEY={DOTENV_SECRETS[2]}\n"
+
+
+def _quotes_the_file(text: str) -> list[str]:
+    return [w for w in (*DOTENV_SECRETS, "SLACK_BOT_TOKEN", "DB_PASS", "WANDB", "xoxb") if w in text]
+
+
+def _posted(failure: str, kind: str | None) -> list[str]:
+    """The verdict an unreachable run gets, as the alert channel and the CLI would show it."""
+    from bot.core.alerts import RunState, Status
+    from bot.core.diagnose import unreachable
+    from bot.render import alerts as render_alerts
+    from bot.render import text as render_text
+    from tests.credential_shapes import strings
+    from tests.test_diagnose import Run
+
+    v = unreachable(Run(), failure, kind)
+    state = RunState(Status.OPEN, None, seq=1, announced=True, opened_at=1.0, changed_at=1.0, headline=v.headline)
+    return [render_text.status(v), *strings(render_alerts.parent("dflash", state, v, 2.0))]
+
+
+@needs_sshd
+@pytest.mark.parametrize("what", ["known_hosts", "key"])
+@pytest.mark.parametrize("content", [DOTENV.encode(), b"\xff\xfe\x00" + DOTENV.encode()], ids=["dotenv", "binary"])
+async def test_a_secrets_file_where_ssh_expects_its_own_is_never_quoted(pve1, tmp_path: Path, what, content) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_bytes(content)
+    pool = SshPool({"pve1": pve1.target(**{what: str(dotenv)})})
+    r = await pool.runner("pve1", 201).run("true", timeout=10)
+    await pool.close()
+    assert r.failure_kind == ("hostkey" if what == "known_hosts" else "auth"), r.failure
+    assert str(dotenv) in r.failure and ("not a known_hosts file" in r.failure or "not a private key" in r.failure)
+    assert _quotes_the_file(r.failure) == [] and r.failure.isprintable()
+    assert [t for t in _posted(r.failure, r.failure_kind) if _quotes_the_file(t)] == []
+
+
+HOSTILE_REASON = "\x1b[2J" + "x" * 300 + " token=hunter2hunter2 hf_" + "a1B2c3D4e5" * 4 + " \u202e" + "Z" * 300
+
+
+@pytest.mark.parametrize("exc,fault", [
+    (asyncssh.ProtocolError(HOSTILE_REASON), "SSH"),
+    (asyncssh.KeyExchangeFailed(HOSTILE_REASON), "SSH"),
+    (asyncssh.ChannelOpenError(2, HOSTILE_REASON), "JUMP"),
+    (OSError(5, HOSTILE_REASON), "NETWORK"),
+    (socket.gaierror(-2, HOSTILE_REASON), "NO_SUCH_NAME"),
+    (ValueError("Invalid known hosts entry: " + HOSTILE_REASON), "KNOWN_HOSTS_INVALID"),
+    (asyncssh.KeyImportError("Invalid " + HOSTILE_REASON + " private key"), "KEY_UNUSABLE"),
+    (RuntimeError(HOSTILE_REASON), "OTHER"),
+], ids=lambda x: type(x).__name__ if isinstance(x, BaseException) else x)
+async def test_every_transport_error_is_typed_short_redacted_and_printable(monkeypatch, exc, fault) -> None:
+    """Whatever the exception says (a server's disconnect reason, an OS's text, a file's line), the verdict
+    is its fault's fixed sentence with at most DETAIL_CHARS of outside words: printable, redacted, cut after."""
+    async def fake_connect(*args, **kw):
+        raise exc
+
+    monkeypatch.setattr(asyncssh, "connect", fake_connect)
+    target = Host("pve1", "10.0.0.5", known_hosts=os.devnull, key="/etc/runbot/id_ed25519")
+    result = await SshRunner(SshHost(target), 201).run("true", timeout=5)
+    failure = result.failure
+    assert failure.isprintable() and "hunter2" not in failure and "a1B2c3D4e5" not in failure
+    assert "x" * 81 not in failure and "Z" not in failure and "pve1" in failure
+    assert len(failure) < 400
+
+    from bot.probe.ssh_errors import DETAIL_CHARS, Fault, connect_failure
+
+    assert DETAIL_CHARS <= 80 and connect_failure(exc, target, None).fault is Fault[fault]
+    assert result.failure_kind == Fault[fault].kind
+
+
+async def test_an_error_on_an_open_connection_is_said_short_and_redacted() -> None:
+    from bot.probe.ssh_errors import DETAIL_CHARS, error_reason
+
+    for exc in (asyncssh.ConnectionLost(HOSTILE_REASON), OSError(104, HOSTILE_REASON), ValueError(HOSTILE_REASON)):
+        said = error_reason(exc)
+        assert said.isprintable() and "hunter2" not in said and len(said) <= DETAIL_CHARS, said
+    assert error_reason(ValueError("Invalid known hosts entry: DB_PASS=x")) == "ValueError"
+
+
 @needs_sshd
 async def test_unauthorized_key_is_an_auth_failure(lab, pve1) -> None:
     stranger = keygen(lab.dir / "stranger")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from bot.core.facts import Crash, Kind
 from bot.core.grammar import RANK_PREFIX, last_frame, split_rank_prefix, strip_host_prefix
-from bot.core.redact import strip_ansi
+from bot.core.redact import redact_secrets, strip_ansi
 
 
 _HEADER = "Traceback (most recent call last)"
@@ -47,7 +47,8 @@ _CAUSES = re.compile(r"(?i)out of memory|killed by signal|CUDA error|NCCL|No spa
 
 
 def _trim(text: str, limit: int = 200) -> str:
-    text = text.strip()
+    """Redacted, then cut: a credential across the cut would otherwise keep a head no rule recognises."""
+    text = redact_secrets(text.strip())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

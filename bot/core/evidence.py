@@ -14,7 +14,7 @@ from bot.core.gpus import parse_gpu_section
 from bot.core.grammar import LineStamps, last_frame, split_rank_prefix
 from bot.core.markers import Mark, Marker, find_markers
 from bot.core.progress import bar_step, recognise, table_header, table_step
-from bot.core.redact import printable
+from bot.core.redact import printable, redact_secrets
 from bot.core.sections import LINE_CAP, Sections
 
 # A line above a loading bar that says where the weights go ("Target 1 on cuda:1...").
@@ -116,10 +116,16 @@ def _unescape_syslog(text: str) -> str:
     return _SYSLOG_ESCAPE.sub(lambda m: "\r" if m[1] == "15" else "\x1b", text)
 
 
+def _capped(line: str) -> str:
+    """At most LINE_CAP characters; a longer line is redacted before it is cut, or a credential across
+    the cut would be left with a head too short for its rule."""
+    return line if len(line) <= LINE_CAP else redact_secrets(line)[:LINE_CAP]
+
+
 def collapse_frames(text: str) -> list[str]:
     """Split text into lines, keeping only the last frame of each \\r-redrawn line (tqdm bars)."""
     text = _unescape_syslog(text)
-    lines = [printable(last_frame(raw))[:LINE_CAP] for raw in text.split("\n")]
+    lines = [_capped(printable(last_frame(raw))) for raw in text.split("\n")]
     if lines and lines[-1] == "" and (text.endswith("\n") or not text):
         lines.pop()
     return lines

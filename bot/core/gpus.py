@@ -11,6 +11,7 @@ from typing import Iterable, Mapping, Sequence
 from bot.core import humanize as hz
 from bot.core.facts import GpuMethod, GpuReadings, GpuSample, UtilWindow, WindowGap
 from bot.core.gpu_window import bus_key, match, parse_utilization
+from bot.core.redact import redact_secrets
 
 
 # One reading of utilization.gpu covers a fraction of a second, so a verdict needs several.
@@ -86,7 +87,8 @@ _KNOWN = tuple((re.compile(pattern, re.I), template) for pattern, template in (
 
 
 def _cap(text: str) -> str:
-    text = " ".join("".join(c if c.isprintable() else " " for c in text[: MAX_ERROR_CHARS * 2]).split())
+    # Redacted before any cut (callers pass at most a scanned line, _SCAN_CHARS): nvidia-smi's text is the CT's.
+    text = " ".join("".join(c if c.isprintable() else " " for c in redact_secrets(text)[: MAX_ERROR_CHARS * 2]).split())
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 

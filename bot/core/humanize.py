@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from bot.core.redact import redact_secrets
+
 
 def duration(seconds: float | None) -> str:
     """12 s, 4 min, 1 h 05 min, 2 d 3 h."""
@@ -72,8 +74,9 @@ def percent_change(new: float, old: float) -> str:
 
 
 def trim(text: str, limit: int) -> str:
-    """Squash whitespace and cut at a word boundary: "closed after 37…" must not stand for 3734."""
-    text = " ".join(text.split())
+    """Squash whitespace and cut at a word boundary: "closed after 37…" must not stand for 3734. Redacted
+    first: what it cuts is log or process text, and a credential cut in two no longer looks like one."""
+    text = " ".join(redact_secrets(text).split())
     if len(text) <= limit:
         return text
     cut = text[: max(0, limit - 1)]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.grammar import message, parse_int, split_rank_prefix, strip_host_prefix
+from bot.core.redact import redact_secrets
 
 
 class Mark(str, enum.Enum):
@@ -64,6 +65,7 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
         start = _sentence_start(text, m.start())
         stop = re.search(r"[.;!?](?: |$)", text[m.end():])
         text = text[start:m.end() + stop.start()] if stop else text[start:]
+    text = redact_secrets(text)  # before the cut
     return _unwrapped(text)[:80] + ("…" if len(text) > 80 else "")
 
 
@@ -87,7 +89,7 @@ def _sentence_start(text: str, before: int) -> int:
 
 def words(marker: Marker, limit: int = 70) -> str:
     """The announcement in its own words, without launcher and logger prefixes: "Loading checkpoint from x.pth"."""
-    text = _unwrapped(message(marker.text))
+    text = _unwrapped(redact_secrets(message(marker.text)))  # redacted before the cut
     return text[:limit] + ("…" if len(text) > limit else "")
 _NOT_END = re.compile(r"(?i)\b(?:not|never|un)\b[^.,;]{0,20}\b(?:done|complete|completed|finished|successfully)\b"
                       r"|\bfailed\b|\berror\b|\bwill\b|\bafter training is done,|\bif\b|\bbefore\b")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, NamedTuple
 
+from bot.core.secret_names import key_values
+
 MARK = "[redacted]"
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks; ended by BEL or ST, or cut off by the
@@ -44,12 +46,18 @@ def printable(text: str) -> str:
 
 class Rule(NamedTuple):
     """A credential with a recognisable shape: `keep` stays visible, so a reader still knows what
-    leaked (`hf_[redacted]`); `secret` is replaced. Plain regexes, no capturing groups."""
+    leaked (`hf_[redacted]`); `secret` is replaced. Plain regexes, no capturing groups. A rule with
+    `keywords` (gitleaks' prefilter) runs only on text holding one of them, lower-cased: a rule that
+    starts with no literal costs every position of every text otherwise."""
 
     name: str
     keep: str
     secret: str
+    keywords: tuple[str, ...] = ()
 
+
+# A command-line argument: shell-quoted, or a word.
+_ARG = r"(?:'[^'\n]*'|\"(?:[^\"\\\n]|\\.)*\"|[^\s'\"]+)"
 
 # Prefixes and lengths as gitleaks' default rules have them (lengths as lower bounds where a
 # provider may lengthen its tokens), then credentials announced by their context.
@@ -96,15 +104,36 @@ RULES = (
          r"[^\s'\",;]+"),
     Rule("bearer-token", r"(?i:bearer)[ \t]+(?=[A-Za-z0-9._~+/=-]{12,})", r"[^\s'\",;]+"),
     Rule("wandb-login", r"(?i:wandb)[ \t]+login(?>(?:[ \t]+--?[\w-]+(?:=\S+)?)*)[ \t]+", r"[A-Za-z0-9_-]{32,}"),
-    Rule("url-password", r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]+:", r"[^\s@/]+(?=@)"),
+    Rule("stripe-webhook-secret", r"whsec_", r"[A-Za-z0-9]{24,}", ("whsec_",)),
+    Rule("wandb-local-key", r"local-", r"[A-Za-z0-9]{40,}", ("local-",)),  # a W&B server's API key
+    # No prefix to keep: `abc8Q~` is already part of the secret (gitleaks' azure-ad-client-secret).
+    Rule("azure-ad-client-secret", r"", r"[a-zA-Z0-9_~.]{3}\dQ~[a-zA-Z0-9_~.-]{31,34}", ("q~",)),
+    Rule("azure-sas-signature", r"(?<=[?&])sig=", r"[A-Za-z0-9%+/=_-]{16,}", ("sig=",)),
+    Rule("aws-presigned-signature", r"(?i:x-amz-signature)=", r"[0-9a-fA-F]{64}", ("x-amz-signature",)),
+    # Credentials that only a command line's shape announces: `mysql -pPW` (glued: `-p PW` prompts and
+    # names a database), `sshpass -p PW`, a .netrc's `machine H login U password PW`, or its lone
+    # `password PW` line. Values quoted as a shell quotes them.
+    Rule("mysql-password", r"(?:mysql(?:dump|admin|import|check|sh)?|mariadb)(?:[ \t]+\S+)*?[ \t]+-p", _ARG,
+         ("mysql", "mariadb")),
+    Rule("sshpass-password", r"sshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p[ \t]*", _ARG, ("sshpass",)),
+    Rule("netrc-password", r"machine[ \t]+\S+(?:[ \t]+(?:login|account)[ \t]+\S+)*[ \t]+password[ \t]+", r"\S+",
+         ("machine",)),
+    Rule("netrc-password-line", r"(?m:^)[ \t]*password[ \t]+", r"\S+(?=[ \t]*(?:\r?\n|\Z))", ("password",)),
+    # A URL's password may hold `/` and its user may be empty (`redis://:pw@h`); a port is no password
+    # (`http://host:8080/a@b`).
+    Rule("url-password", r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]*:",
+         r"(?!\d{1,5}(?:[/@]|$))(?:(?!://)[^\s@])++(?=@)",
+         ("://",)),
 )
-# All rules in one pass. No rule starts inside a word (a lookbehind, not \b, which would miss a
+# The rules without keywords in one pass. No rule starts inside a word (a lookbehind, not \b, which would miss a
 # token glued to an underscore: `MY_hf_…`), nor ends inside one. Written without capturing
 # groups, the alternation runs ~7x faster (re skips a branch on its first literal); which rule
 # matched is found afterwards, on the rare match.
 _EDGE_L, _EDGE_R = r"(?<![A-Za-z0-9])", r"(?![A-Za-z0-9])"
-_SHAPED = re.compile(_EDGE_L + "(?:" + "|".join(r.keep + r.secret for r in RULES) + ")" + _EDGE_R)
-_EACH = [re.compile(f"(?P<keep>{r.keep}){r.secret}{_EDGE_R}") for r in RULES]
+_SHAPED = re.compile(_EDGE_L + "(?:" + "|".join(r.keep + r.secret for r in RULES if not r.keywords) + ")" + _EDGE_R)
+_EACH = [re.compile(f"(?P<keep>{r.keep}){r.secret}{_EDGE_R}") for r in RULES if not r.keywords]
+# The prefiltered rules, each on its own after the others (what they keep may hold a token already redacted).
+_GATED = [(r.keywords, re.compile(f"{_EDGE_L}(?P<keep>{r.keep}){r.secret}{_EDGE_R}")) for r in RULES if r.keywords]
 # A bare AWS secret access key has no prefix: 40 base64 characters on the line of its key id.
 _AWS_ID_REDACTED = re.compile(r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)" + re.escape(MARK))
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{40}(?![A-Za-z0-9+/=])")
@@ -128,27 +157,6 @@ _PEM = re.compile(
     # Runs of base64 lines are taken whole, END or not, so that each is scanned once (linear).
     rf"|(?m:^)(?P<p2>{_RANK}){_B64}(?:{_BREAK}{_RANK}{_B64})*+(?P<end>(?={_BREAK}{_RANK}{_END}))?"
 )
-# key=value, key: value, "key": "value", --key value. The key must *end* with one of these
-# words, so `tokens=1024` and `max_new_tokens=` (plural) never match; the suffix list keeps
-# WANDB_API_KEY, HF_TOKEN, aws_secret_access_key, SLACK_SIGNING_SECRET…
-_KEYWORDS = (r"password|passwd|passphrase|token|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?access[_-]?key"
-             r"|session[_-]?token|account[_-]?key")  # AWS STS's SessionToken; Azure's AccountKey=
-# Every _KEYWORDS match contains one of these. _KV never crosses a line, and most log lines hold
-# none of them: `in` on the casefolded line (which, like re's IGNORECASE, takes ſ for s and the
-# Kelvin sign for k) skips those for far less than the _KV scan costs.
-_KV_HINTS = ("pass", "token", "secret", "key")
-_KV = re.compile(
-    rf"(?<![A-Za-z0-9_.-])(?P<key>(?P<dash>--?)?(?:[A-Za-z0-9]+[_.-])*?(?i:{_KEYWORDS}))"
-    r"(?P<sep>['\"]?[ \t]*[:=][ \t]*|(?(dash)[ \t]+|(?!)))"  # `--password hunter2`: only flags take a space
-    r"(?:(?P<q>['\"])(?P<qv>[^'\"\n]*)(?P=q)|(?P<v>[^\s'\",;&)}]+))"
-)
-# Tokenizer vocabulary (pad_token=<pad>) and counters are not credentials.
-_NOT_SECRET = re.compile(
-    r"(?i)(?:pad|eos|bos|unk|sep|cls|mask|special|start|end|image|audio|video|max|min|num|n|"
-    r"total|first|last|next|new|default|placeholder|chat|tool|decoder_start)[_-]token"
-)
-
-
 def _pem(m: re.Match[str]) -> str:
     if m["p"] is not None:
         return m["p"] + MARK
@@ -162,35 +170,37 @@ def _shaped(m: re.Match[str]) -> str:
     return _SHAPED.sub(_shaped, keep) + MARK
 
 
+def _gated(text: str) -> str:
+    """The prefiltered rules, on the lines that hold one of their keywords (none spans lines)."""
+    lowered = text.lower()
+    wanted = [(keywords, rx) for keywords, rx in _GATED if any(k in lowered for k in keywords)]
+    if not wanted:
+        return text
+    lines = text.split("\n")
+    for i, low in enumerate(lowered.split("\n")):  # lower() keeps the newlines where they were
+        for keywords, rx in wanted:
+            if any(k in low for k in keywords):
+                lines[i] = rx.sub(_kept, lines[i])
+    return "\n".join(lines)
+
+
+def _kept(m: re.Match[str]) -> str:
+    return m["keep"] + MARK
+
+
 def _aws_secrets(text: str) -> str:
     lines = text.split("\n")
     return "\n".join(_AWS_SECRET.sub(MARK, line) if _AWS_ID_REDACTED.search(line) else line for line in lines)
-
-
-def _key_values(text: str) -> str:
-    return "\n".join(_KV.sub(_kv, line) if any(hint in line.casefold() for hint in _KV_HINTS) else line
-                     for line in text.split("\n"))
-
-
-def _kv(m: re.Match[str]) -> str:
-    key, value = m["key"], m["qv"] if m["q"] else m["v"]
-    if MARK in value or _NOT_SECRET.fullmatch(key.lstrip("-")):
-        return m[0]
-    if not value or not value.strip():
-        return m[0]
-    if m["q"]:
-        return f"{key}{m['sep']}{m['q']}{MARK}{m['q']}"
-    return f"{key}{m['sep']}{MARK}"
 
 
 def redact_secrets(text: str) -> str:
     """Replace credentials with a marker that keeps a recognisable prefix (`hf_[redacted]`)."""
     if "PRIVATE KEY" in text:
         text = _PEM.sub(_pem, text)
-    text = _SHAPED.sub(_shaped, text)
+    text = _gated(_SHAPED.sub(_shaped, text))
     if _AWS_ID_REDACTED.search(text):
         text = _aws_secrets(text)
-    return _key_values(text)
+    return key_values(text, MARK)
 
 
 def redact_lines(lines: Iterable[str]) -> list[str]:

@@ -12,9 +12,11 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Callable, Protocol, TypeVar
 
+from bot.core import humanize as hz
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
 from bot.core.history import Point
+from bot.core.redact import printable
 from bot.core.sections import moved_on, split_runs
 from bot.probe.script import ProbeTarget, build_group_script, build_script
 from bot.probe.runners import RunResult, Runner
@@ -90,6 +92,11 @@ async def _off_loop(parser: Executor | None, work: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(parser, work)
 
 
+def _failed(exc: BaseException) -> str:
+    """An unexpected failure in words for a verdict: printable, redacted, then cut (its text may quote a log)."""
+    return hz.trim(printable(f"the probe failed: {type(exc).__name__}: {exc}"), 300)
+
+
 async def check_within(
     run: CheckableRun,
     runner_for: Callable[[CheckableRun], Runner],
@@ -109,7 +116,7 @@ async def check_within(
         return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - said in the verdict, logged for us
         log.exception("probe of %s failed", run.name)
-        return unreachable(run, f"the probe failed: {type(exc).__name__}: {exc}"[:300], "probe")
+        return unreachable(run, _failed(exc), "probe")
 
 
 async def check_group_within(
@@ -132,7 +139,7 @@ async def check_group_within(
         why, kind = f"the probe of {len(runs)} runs gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout"
     except Exception as exc:  # noqa: BLE001 - said in the verdicts, logged for us
         log.exception("probe of %s failed", ", ".join(r.name for r in runs))
-        why, kind = f"the probe failed: {type(exc).__name__}: {exc}"[:300], "probe"
+        why, kind = _failed(exc), "probe"
     return [unreachable(run, why, kind) for run in runs]
 
 

@@ -156,7 +156,7 @@ class SshHost:
                     if time.monotonic() + backoff >= deadline:
                         self.channel_open_failures += 1
                         return fail(
-                            f"{self.target.where} refused a new SSH session ({exc.reason}) until the "
+                            f"{self.target.where} refused a new SSH session ({error_reason(exc)}) until the "
                             f"probe's deadline: is its sshd MaxSessions below max_channels={self.target.max_channels}?",
                             "unreachable",
                         )

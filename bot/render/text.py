@@ -1,4 +1,4 @@
-"""Pure: a Verdict as plain text for the terminal (status, gpus, tail, runs). Secrets redacted here."""
+"""Pure: a Verdict as plain text for the terminal (status, gpus, tail, runs). Printable, secrets redacted."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Iterable
 
 from bot.core import humanize as hz
 from bot.core.gpus import format_indices, util_words
-from bot.core.redact import redact_lines, redact_secrets
+from bot.core.redact import clean_line, redact_lines
 from bot.core.verdict import Verdict, worst_first
 from bot.render.times import clock
 from bot.render.facts import rows as fact_rows
@@ -14,7 +14,9 @@ from bot.render.facts import tail_note
 
 
 def _safe(text: str) -> str:
-    return redact_secrets(text)
+    # A headline may quote what the probe did not write (a replayed capture's `failure`, a host's text):
+    # no escape sequence reaches the terminal.
+    return clean_line(text)
 
 
 def status(v: Verdict, *, where: str = "", muted_until: float | None = None) -> str:
@@ -35,7 +37,7 @@ def gpus(v: Verdict) -> str:
     if report is None or not v.reached:
         return f"{head}\n  no GPU readings (the run could not be probed)"
     if report.error and not report.gpus:
-        return f"{head}\n  {report.error}"
+        return f"{head}\n  {_safe(report.error)}"
     lines = [head, f"  {report.summary()}", f"  util from {report.basis.phrase()}"]
     roles = [(role, list(idx)) for role, idx in report.roles]
     placed = {i for _, idx in roles for i in idx}
@@ -51,9 +53,9 @@ def gpus(v: Verdict) -> str:
                 continue
             mem = _mem(g.mem_used_mib, g.mem_total_mib)
             lines.append(f"    GPU {g.index}: {g.cls:<11} {mem:<16} util % {util_words(g)}")
-    lines += [f"  ! {f}" for f in report.findings]
+    lines += [f"  ! {_safe(f)}" for f in report.findings]
     if report.error:
-        lines.append(f"  ! {report.error}")
+        lines.append(f"  ! {_safe(report.error)}")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from bot.core.evidence import BarLine, Evidence
 from bot.core.facts import Crash, Kind, Step
 from bot.core.grammar import message, template
 from bot.core.markers import Mark, Marker
+from bot.core.redact import redact_secrets
 from bot.core.verdict import Phase
 
 _BAR_PHASES = {Role.LOADING: Phase.LOADING, Role.PREPARING: Phase.PREPARING, Role.EVALUATING: Phase.EVALUATING,
@@ -130,7 +131,7 @@ def last_result(ev: Evidence, step: Step | None) -> str | None:
     at = _position(step)
     for x in reversed(ev.lines[max(at + 1, len(ev.lines) - 12):]):
         if x.strip() and _RESULT.search(x):
-            text = x.strip()
+            text = redact_secrets(x.strip())  # before the cut
             return text[:60] + ("…" if len(text) > 60 else "")
     return None
 
@@ -199,7 +200,7 @@ def logged_error(ev: Evidence, step: Step | None) -> Crash | None:
     last = [(i, x) for i, x in enumerate(ev.lines) if x.strip() and i > at][-5:]
     for i, text in reversed(last):
         if _LOGGED_ERROR.search(text):
-            return Crash(Kind.LOGGED, None, message(text)[:200], line_index=i)
+            return Crash(Kind.LOGGED, None, redact_secrets(message(text))[:200], line_index=i)
     return None
 
 
