@@ -11,6 +11,7 @@ import os
 import platform
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Sequence
 
@@ -58,7 +59,10 @@ _SERVE = """Slack tokens and modes (environment, or a .env file in the working d
     SLACK_BOT_TOKEN       xoxb-...
     SLACK_SIGNING_SECRET  Basic Information -> App Credentials
   The tokens' shapes are checked before anything is sent, then Slack is asked once
-  whether they work. Setup: docs/slack.md."""
+  whether they work. Setup: docs/slack.md.
+Monitoring, in either mode, when [bot] asks (docs/metrics.md):
+  metrics_listen = "127.0.0.1:9464"   GET /metrics (Prometheus) on its own listener
+  heartbeat_url = "https://hc-ping.com/<uuid>"   pinged each sweep (/start, success, /fail)"""
 
 
 _CHECK = """--check, for Nagios, Icinga, cron or a CI step (the Monitoring Plugins' conventions):
@@ -188,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
             "Answer /run in Slack and run the watchdog, which probes every run each\n"
             "check_every and posts alerts, until SIGTERM or SIGINT. Logs are JSON lines on stderr.",
             "0  stopped by SIGTERM or SIGINT, after the answers in flight went out",
-            "1  Slack refused a token, or the port is in use",
+            "1  Slack refused a token, or a port is in use (PORT, or [bot] metrics_listen)",
             "2  a bad configuration, environment or state file", epilog=_SERVE)
     pv = command("preview", "a run's Slack answer as Block Kit JSON, with a Block Kit Builder link",
                  "Probe one run and print the Block Kit message /run would post, and a link that\n"
@@ -531,4 +535,8 @@ def _describe_config(registry: Registry) -> str:
         lines.append(f"  run {run.name}: {run.where}{node} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
     lines.append(f"  watchdog: every {format_duration(registry.bot.check_every)} · alerts to {registry.bot.alert_channel or '(none set)'}")
     lines.append(f"  state: {registry.bot.state_db}")
+    if (listen := registry.bot.metrics_listen) is not None:
+        lines.append(f"  metrics: GET /metrics on {listen[0]}:{listen[1]} while `runbot serve` runs")
+    if registry.bot.heartbeat_url is not None:  # the host only: the path is the check's key
+        lines.append(f"  heartbeat: each sweep pings {urllib.parse.urlsplit(registry.bot.heartbeat_url).hostname}")
     return "\n".join(lines)
