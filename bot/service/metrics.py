@@ -61,6 +61,7 @@ class Metrics:
         self.last_ok = Gauge("runbot_last_successful_sweep_timestamp_seconds",
                              "when the last sweep that reached a run ended", registry=r)
         self._judged: list[Verdict] = []
+        self._phases: dict[str, str] = {}  # each run's phase as last exported
         for outcome in SWEEP_OUTCOMES:  # every series from the start: rate() needs a zero before the first failure
             self.sweeps.labels(outcome)
         for outcome in PROBE_OUTCOMES:
@@ -82,9 +83,11 @@ class Metrics:
         self.probes.labels(probe_outcome(verdict)).inc()
         self.seen.labels(run).set(self.clock())
         self.level.labels(run).set(int(verdict.level))
-        now = phase_id(verdict.phase)
-        for phase in PHASES:
-            self.phase.labels(run, phase).set(1.0 if phase == now else 0.0)
+        now, before = phase_id(verdict.phase), self._phases.get(run)
+        if now != before:  # two series touched, not fifteen, on every sweep the phase stays
+            for phase in PHASES if before is None else (before, now):
+                self.phase.labels(run, phase).set(1.0 if phase == now else 0.0)
+            self._phases[run] = now
         step = verdict.step if verdict.reached else None
         self._set(self.step, run, step.step if step else None)
         self._set(self.total, run, step.total if step else None)

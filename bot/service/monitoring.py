@@ -3,6 +3,7 @@ both fed by the watchdog's one observer hook (services.observer), both off unles
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -44,7 +45,9 @@ def metrics_app(metrics: Metrics) -> web.Application:
     """GET /metrics, the Prometheus text format; nothing else is served on this listener."""
 
     async def scrape(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+        # In a thread: a few hundred runs take a good fraction of a second to write out, and the loop has
+        # sweeps and Slack to serve meanwhile (prometheus-client's metrics take their own locks).
+        return web.Response(body=await asyncio.to_thread(metrics.exposition), headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
     app.router.add_get("/metrics", scrape)
