@@ -11,11 +11,14 @@ import os
 import platform
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Sequence
 
 from bot import __version__, host_cli
 from bot.render import chart as render_chart
+from bot.render import machine as render_machine
+from bot.render import plugin as render_plugin
 from bot.render import slack as render_slack
 from bot.render import text as render_text
 from bot.probe import replay
@@ -25,6 +28,7 @@ from bot.service.history import History
 from bot.service.logs import PlainLines, to_stderr
 from bot.service.state_file import StateFile, StateFileError
 from bot.core.redact import printable
+from bot.core.timeline import HISTORY_WINDOW_S, incidents_between, spans
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
 from config.example import text as example_config
@@ -56,7 +60,18 @@ _SERVE = """Slack tokens and modes (environment, or a .env file in the working d
     SLACK_BOT_TOKEN       xoxb-...
     SLACK_SIGNING_SECRET  Basic Information -> App Credentials
   The tokens' shapes are checked before anything is sent, then Slack is asked once
-  whether they work. Setup: docs/slack.md."""
+  whether they work. Setup: docs/slack.md.
+Monitoring, in either mode, when [bot] asks (docs/metrics.md):
+  metrics_listen = "127.0.0.1:9464"   GET /metrics (Prometheus) on its own listener
+  heartbeat_url = "https://hc-ping.com/<uuid>"   pinged each sweep (/start, success, /fail)"""
+
+
+_CHECK = """--check, for Nagios, Icinga, cron or a CI step (the Monitoring Plugins' conventions):
+  one line, `RUNBOT CRIT - <headline> | step=1200;;;0;50000 rate=14213;;;; loss=2.31;;;; age=4s;;;;`
+  exit 0 OK (training, finished; also loading, saving, evaluating: normal work)
+       1 WARN (degraded: a thread died, a GPU role idle, slow, loss NaN)
+       2 CRIT (silent, crashed, stopped, no log)
+       3 UNKNOWN (the run could not be reached, or the check could not run: bad config, unknown run)"""
 
 
 class UsageError(Exception):
@@ -103,14 +118,25 @@ def _parser() -> argparse.ArgumentParser:
     def run_arg(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run", metavar="RUN", help="a run's name, or any unique prefix of it (case-insensitive)")
 
-    run_arg(command("status", "the verdict and its evidence",
-                    "Probe one run and say what it is doing: the verdict on the first line (what a\n"
-                    "notification would show), then its evidence: progress, the writing process, the\n"
-                    "log's last write, the GPUs.", *_PROBED))
-    run_arg(command("gpus", "per-GPU classification, by role",
-                    "Probe one run and classify each GPU over several nvidia-smi samples (busy,\n"
-                    "oscillating, low, idle, memory held), grouped by the run's GPU roles. With\n"
-                    "host_view = true on its host, also which CT (and run) holds each of its GPUs.", *_PROBED))
+    def json_flag(parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup) -> None:
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON object instead (versioned: its schema is in docs/json.md)")
+
+    st = command("status", "the verdict and its evidence",
+                 "Probe one run and say what it is doing: the verdict on the first line (what a\n"
+                 "notification would show), then its evidence: progress, the writing process, the\n"
+                 "log's last write, the GPUs.", *_PROBED, epilog=_CHECK)
+    run_arg(st)
+    answer = st.add_mutually_exclusive_group()
+    json_flag(answer)
+    answer.add_argument("--check", action="store_true",
+                        help="answer as a monitoring plugin: one line with perfdata, exit 0 OK, 1 WARN, 2 CRIT, 3 UNKNOWN")
+    g = command("gpus", "per-GPU classification, by role",
+                "Probe one run and classify each GPU over several nvidia-smi samples (busy,\n"
+                "oscillating, low, idle, memory held), grouped by the run's GPU roles. With\n"
+                "host_view = true on its host, also which CT (and run) holds each of its GPUs.", *_PROBED)
+    run_arg(g)
+    json_flag(g)
     t = command("tail", "the last lines of the log, cleaned",
                 "The run's verdict, then the last N lines of its log: progress bars collapsed to\n"
                 "their last frame, colours stripped, secrets redacted. `tail RUN 50` and\n"
@@ -131,9 +157,19 @@ def _parser() -> argparse.ArgumentParser:
         h = command(name, summary, description, "0  the host answered", "2  bad arguments, an unknown host, or host_view off",
                     "3  the host could not be reached (the line says why)")
         h.add_argument("host", metavar="HOST", help="a [hosts.*] name")
-    command("runs", "every run with its one-line verdict",
-            "Probe every configured run in parallel and print one line each: name, level\n"
-            "(crit, warn, note, ok) and verdict, the worst first, then by name.", *_LISTED)
+    json_flag(command("runs", "every run with its one-line verdict",
+                      "Probe every configured run in parallel and print one line each: name, level\n"
+                      "(crit, warn, note, ok) and verdict, the worst first, then by name.", *_LISTED))
+    hi = command("history", "what a run did lately: its phases, restarts and incidents",
+                 "Read the run's memory from the watchdog's state file ([bot] state_db) and say\n"
+                 f"what it did over the last DURATION (default {format_duration(HISTORY_WINDOW_S)}): its phases, newest first,\n"
+                 "restarts and steps, then its incidents, as /run history does. No probe runs.",
+                 "0  the history was read (one that says \"nothing remembered\" included)",
+                 "2  bad arguments, an unknown run, or no state file to read")
+    run_arg(hi)
+    hi.add_argument("since", nargs="?", metavar="DURATION", default=format_duration(HISTORY_WINDOW_S),
+                    help=f"how far back (default {format_duration(HISTORY_WINDOW_S)}, at most {format_duration(render_chart.MAX_WINDOW_S)})")
+    json_flag(hi)
     command("check-config", "validate the configuration and say what it found",
             "Read the runs file and check every key. Faults are all listed at once, numbered,\n"
             "each with its file, key and fault; a file with no runs is valid but warned about.\n"
@@ -157,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
             "Answer /run in Slack and run the watchdog, which probes every run each\n"
             "check_every and posts alerts, until SIGTERM or SIGINT. Logs are JSON lines on stderr.",
             "0  stopped by SIGTERM or SIGINT, after the answers in flight went out",
-            "1  Slack refused a token, or the port is in use",
+            "1  Slack refused a token, or a port is in use (PORT, or [bot] metrics_listen)",
             "2  a bad configuration, environment or state file", epilog=_SERVE)
     pv = command("preview", "a run's Slack answer as Block Kit JSON, with a Block Kit Builder link",
                  "Probe one run and print the Block Kit message /run would post, and a link that\n"
@@ -191,9 +227,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exc:  # argparse already printed its message (or the help, or the version)
+        if exc.code != 0 and "--check" in words:  # a plugin that cannot run says UNKNOWN, on stdout, exit 3
+            print(render_plugin.unknown("bad arguments (see stderr)"))
+            return render_plugin.UNKNOWN
         return EXIT_OK if exc.code == 0 else EXIT_USAGE
     for name, default in _GLOBAL_DEFAULTS.items():
         if not hasattr(args, name):
@@ -220,21 +260,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         registry = load_registry(path, env_state_db=settings.runbot_state_db)
     except ConfigError as exc:
         print(_faults_text(exc, numbered=args.command == "check-config"), file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_fault(args, f"bad configuration: {faults_of(exc)[0]}")
     except UsageError as exc:
         print(f"runbot: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_fault(args, str(exc))
     if args.command != "serve":  # serve writes JSON lines, at info unless told otherwise
         to_stderr(settings.log_level(logging.WARNING, verbose=args.verbose), PlainLines())
         log.debug("read %s: %d runs, %d hosts", registry.path, len(registry.runs), len(registry.hosts))
     try:
         return _dispatch(args, registry, settings)
-    except UnknownRun as exc:
+    except (UnknownRun, UsageError) as exc:
         print(f"runbot: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except UsageError as exc:
-        print(f"runbot: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_fault(args, str(exc))
+
+
+def _usage_fault(args: argparse.Namespace, why: str) -> int:
+    """Exit 2 — or, for a --check, the plugin's UNKNOWN line on stdout and exit 3: a monitor reads only those."""
+    if getattr(args, "check", False):
+        print(render_plugin.unknown(why))
+        return render_plugin.UNKNOWN
+    return EXIT_USAGE
 
 
 def _tail_count(args: argparse.Namespace) -> int:
@@ -289,10 +334,15 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
         return serve(registry, settings, log_level=settings.log_level(logging.INFO, verbose=args.verbose))
     if args.command == "runs":
         rows = asyncio.run(_check_all(registry, args.save_probe, settings.runbot_state_db))
-        print(render_text.runs(rows))
+        if args.json:
+            _print_json(render_machine.runs(rows, {name: run.where for name, run in registry.runs.items()}))
+        else:
+            print(render_text.runs(rows))
         return EXIT_OK
     if args.command == "plot":
         return _plot(args, registry)
+    if args.command == "history":
+        return _history(args, registry)
     if args.command in ("discover", "host"):
         return host_cli.main(registry, args.command, args.host)
     lines = _tail_count(args) if args.command == "tail" else TAIL_DEFAULT
@@ -300,8 +350,16 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     verdict = asyncio.run(_check_one(registry, run, args.save_probe, settings.runbot_state_db))
     if args.command == "preview":
         print(_preview(verdict, run, args.view))
+    elif args.command == "status" and args.check:
+        status, line = render_plugin.check(verdict)
+        print(line)
+        return status
+    elif args.command == "status" and args.json:
+        _print_json(render_machine.status(verdict, where=run.where))
     elif args.command == "status":
         print(render_text.status(verdict, where=run.where))
+    elif args.command == "gpus" and args.json:  # the host's view (who holds each GPU) stays in the text answer
+        _print_json(render_machine.gpus(verdict, where=run.where))
     elif args.command == "gpus":
         print(render_text.gpus(verdict))
         for line in host_cli.gpus_lines(registry, run):
@@ -376,40 +434,71 @@ def _replay(args: argparse.Namespace, registry: Registry | None) -> int:
     return EXIT_OK
 
 
-def _plot(args: argparse.Namespace, registry: Registry) -> int:
-    """Draw a run's history from the state file the bot keeps; no probe runs."""
-    import sqlite3  # noqa: PLC0415 - SQLite only for this command
-
-    from bot.service.store import Store, StoreError  # noqa: PLC0415
-
+def _window(text: str, flag: str) -> float:
+    """How far back a chart or a history looks, as typed: "6h", at most the charts' longest window."""
     try:
-        window = parse_duration(args.since, "--since")
+        window = parse_duration(text, flag)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if window > render_chart.MAX_WINDOW_S:
-        raise UsageError(f"--since: at most {format_duration(render_chart.MAX_WINDOW_S)}, not {args.since}")
-    run = registry.resolve(args.run)
+        raise UsageError(f"{flag}: at most {format_duration(render_chart.MAX_WINDOW_S)}, not {text}")
+    return window
+
+
+def _remembered(registry: Registry, run: Run, since: float) -> tuple[list, list]:
+    """The run's points and incidents since `since`, from the state file the bot keeps; no probe runs."""
+    import sqlite3  # noqa: PLC0415 - SQLite only for the commands that read the memory
+
+    from bot.service.store import Store, StoreError  # noqa: PLC0415
+
     path = Path(registry.bot.state_db)
     if not path.is_file():  # Store() would create an empty one
         raise UsageError(f"no state file at {path}: the watchdog writes it while `runbot serve` runs "
                          "([bot] state_db says where)")
-    now = time.time()
     try:
         store = Store(path)
         try:
-            points = store.points(run.name, now - window)
-            incidents = [i.opened_at for i in store.load().incidents.values() if i.run == run.name]
+            return store.points(run.name, since), [i for i in store.load().incidents.values() if i.run == run.name]
         finally:
             store.close()
     except (StoreError, sqlite3.Error) as exc:
         raise UsageError(f"{path}: {exc}") from None
-    png = render_chart.chart(run.name, points, metric=args.metric, now=now, window=window, incidents=incidents)
+
+
+def _plot(args: argparse.Namespace, registry: Registry) -> int:
+    """Draw a run's history from the state file the bot keeps; no probe runs."""
+    window = _window(args.since, "--since")
+    run = registry.resolve(args.run)
+    now = time.time()
+    points, incidents = _remembered(registry, run, now - window)
+    png = render_chart.chart(run.name, points, metric=args.metric, now=now, window=window,
+                             incidents=[i.opened_at for i in incidents])
     try:
         args.output.write_bytes(png)
     except OSError as exc:
         raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output} ({len(points)} points, since {format_duration(window)} ago)")
     return EXIT_OK
+
+
+def _history(args: argparse.Namespace, registry: Registry) -> int:
+    """`runbot history RUN [DURATION]`: /run history's answer from the state file, as text or JSON."""
+    window = _window(args.since, "DURATION")
+    run = registry.resolve(args.run)
+    now = time.time()
+    points, incidents = _remembered(registry, run, now - window)
+    folded, told = spans(points), incidents_between(incidents, run.name, now - window)
+    if args.json:
+        _print_json(render_machine.history(run.name, folded, told, now, window))
+    else:
+        print(render_text.history(run.name, folded, told, now, window))
+    return EXIT_OK
+
+
+def _print_json(answer: dict) -> None:
+    # allow_nan=False: the renderer turned every non-finite number into null; a NaN slipping through is a bug,
+    # better a traceback in a test than output no JSON parser reads.
+    print(json.dumps(answer, indent=2, ensure_ascii=False, allow_nan=False))
 
 
 def _preview(verdict: Verdict, run: Run, view: str) -> str:
@@ -447,4 +536,8 @@ def _describe_config(registry: Registry) -> str:
         lines.append(f"  run {run.name}: {run.where}{node} · silent after {silence}" + (f" · roles {roles}" if roles else ""))
     lines.append(f"  watchdog: every {format_duration(registry.bot.check_every)} · alerts to {registry.bot.alert_channel or '(none set)'}")
     lines.append(f"  state: {registry.bot.state_db}")
+    if (listen := registry.bot.metrics_listen) is not None:
+        lines.append(f"  metrics: GET /metrics on {listen[0]}:{listen[1]} while `runbot serve` runs")
+    if registry.bot.heartbeat_url is not None:  # the host only: the path is the check's key
+        lines.append(f"  heartbeat: each sweep pings {urllib.parse.urlsplit(registry.bot.heartbeat_url).hostname}")
     return "\n".join(lines)

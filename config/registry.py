@@ -6,6 +6,7 @@ import difflib
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,8 @@ LOCAL = "local"  # the host name meaning "this machine"
 DEFAULT_SILENCE_AFTER = 600.0  # "10m"
 DEFAULT_LOADING_GRACE = 2700.0  # "45m"
 DEFAULT_GPU_SAMPLES = 5
+MAX_URL = 2000
+_LISTEN_HOST = re.compile(r"[A-Za-z0-9._-]{1,253}|[0-9A-Fa-f:.%]{2,64}")  # a name, an IPv4 or an IPv6 address
 
 
 class UnknownRun(LookupError):
@@ -145,6 +148,8 @@ class BotConfig:
     history_full: float = 86400.0  # every point is kept this long
     history_every: float = 600.0  # then one per this much
     history_keep: float = 30 * 86400.0  # and nothing older
+    heartbeat_url: str | None = None  # a dead-man's switch (healthchecks.io's convention) pinged each sweep
+    metrics_listen: tuple[str, int] | None = None  # (host, port) serving GET /metrics; None: no metrics
 
 
 @dataclass(frozen=True)
@@ -430,6 +435,37 @@ class _Parser(Validator):
             self.fail(key, f"relative path {show(log)} {where} needs an absolute path)")
         return log
 
+    def url(self, value: object, key: str) -> str:
+        """An http(s) URL a ping may be appended to (`/start`, `/fail`). Faults never echo it: a ping URL
+        carries its check's key, and whoever holds it can ping (or pause) the check."""
+        url = self.text(value, key).strip()
+        if len(url) > MAX_URL or any(c.isspace() for c in url):
+            self.fail(key, f"must be one URL of at most {MAX_URL} characters, without spaces")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number from 0 to 65535
+        except ValueError:
+            self.fail(key, "is not a URL (a bad port, or brackets that do not close?)")
+        if parts.scheme not in ("https", "http"):
+            self.fail(key, f"must start https:// (or http://), not {show(parts.scheme + ':') if parts.scheme else 'without one'}")
+        if not parts.hostname:
+            self.fail(key, "has no host (https://hc-ping.com/<uuid>)")
+        if parts.username is not None or parts.password is not None:
+            self.fail(key, "holds a user or password (user:pass@): runbot sends none; the ping URL is its own key")
+        if parts.query or parts.fragment or url.endswith(("?", "#")):
+            self.fail(key, "has a ?query or a #fragment: runbot appends /start and /fail to the URL's path")
+        return url.rstrip("/")
+
+    def listen(self, value: object, key: str) -> tuple[str, int]:
+        """Where to listen: 9464 or "9464" (this machine only, 127.0.0.1), "HOST:PORT", "[::1]:PORT"."""
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else self.text(value, key).strip()
+        host, sep, port = text.rpartition(":")
+        host = host.strip("[]") if sep else "127.0.0.1"
+        if not port.isdigit() or not 1 <= int(port) <= 65535 or not _LISTEN_HOST.fullmatch(host):
+            self.fail(key, f'bad listen address {show(text)} (a port, 9464; or "HOST:PORT": "127.0.0.1:9464", '
+                           '"0.0.0.0:9464" for every interface, "[::1]:9464")')
+        return host, int(port)
+
     def silence_after(self, value: object, key: str) -> float | None:
         if isinstance(value, str) and value.strip() == "auto":
             return None
@@ -460,6 +496,8 @@ _BOT_CHECKS: dict[str, _Check] = {
     "history_full": _Parser.duration,
     "history_every": _Parser.duration,
     "history_keep": _Parser.duration,
+    "heartbeat_url": _Parser.url,
+    "metrics_listen": _Parser.listen,
 }
 _ACCESS_CHECKS: dict[str, _Check] = {
     "users": _Parser.user_ids,

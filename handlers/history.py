@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.core.timeline import incidents_between, spans
+from bot.core.timeline import HISTORY_WINDOW_S, incidents_between, spans
 from bot.render import slack as render_slack
 from bot.render.history import history_message
 from handlers.commands import CommandRequest, Reply, subcommand
@@ -11,7 +11,7 @@ from handlers.plot import parse_window
 NO_HISTORY = ("no history is kept here: the watchdog keeps each run's memory (`runbot serve` with a state file), "
               "and /run history reads from it")
 
-DEFAULT_WINDOW_S = 86400.0  # "what happened overnight"
+DEFAULT_WINDOW_S = HISTORY_WINDOW_S  # one default with `runbot history`
 
 
 @subcommand("history", "history RUN [DURATION]", "what the run did lately: phases, restarts, incidents")

@@ -252,7 +252,7 @@ def test_version_is_the_packages_own():
 
 
 COMMANDS = ["status", "gpus", "tail", "runs", "check-config", "doctor", "init", "serve", "preview", "replay", "plot", "demo",
-            "discover", "host"]
+            "discover", "host", "history"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -265,7 +265,7 @@ def test_every_command_has_real_help_with_its_arguments_and_exit_codes(command, 
     assert len(description.split()) >= 8, help_text  # says what it does, not just a usage line
     assert "exit status:" in help_text and "\n  0  " in help_text
     assert "--config PATH" in help_text  # the global options are listed where they are accepted
-    if command in ("status", "gpus", "tail", "preview", "plot"):
+    if command in ("status", "gpus", "tail", "preview", "plot", "history"):
         assert "RUN" in help_text and "unique prefix" in help_text
     if command in ("status", "gpus", "tail", "preview"):
         assert "\n  3  the run could not be reached" in help_text

@@ -11,7 +11,8 @@ from tests.standins import REPO
 # Every module of the pure packages, and the probe's script builder (string work only).
 PURE = sorted({".".join(p.relative_to(REPO).with_suffix("").parts) for pkg in ("core", "render")
                for p in (REPO / "bot" / pkg).rglob("*.py") if p.stem != "__init__"} | {"bot.probe.script", "bot.probe.host_script"})
-IO = {"asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "sqlite3", "aiosqlite", "subprocess", "asyncio", "aiohttp"}
+IO = {"asyncssh", "slack_bolt", "slack_sdk", "apscheduler", "sqlite3", "aiosqlite", "subprocess", "asyncio", "aiohttp",
+      "prometheus_client"}
 
 
 def test_the_pure_packages_are_all_checked():

@@ -15,7 +15,7 @@ from bot.core.alerts import Policy, Reply, Seen
 from bot.core.diagnose import diagnose
 from bot.core.facts import Step
 from bot.core.history import Point, keep_recent, observe
-from bot.core.stages.trends import RunNumbers, loss_spike, slow, spark, trend
+from bot.core.stages.trends import LOSS_MIN_SPAN, RATE_MIN_SPAN, SPARK_CELLS, RunNumbers, loss_spike, slow, spark, trend
 from bot.core.verdict import Concern, Finding, Level, Phase, Verdict, Worry
 from bot.probe.replay import DefaultRun
 from bot.render.alerts import message
@@ -169,7 +169,47 @@ def test_a_loss_spike_only_when_asked_and_only_when_it_lasts():
     assert loss_spike(one, Step("x", step=420, loss=2.0), RunNumbers(loss_spike=True)) is None
 
 
-def test_sparklines_scale_to_their_range():
-    assert spark([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
-    assert spark([5.0]) == "" and spark([]) == ""
-    assert spark([3.0, 3.0, 3.0]) == "▁▁▁"
+WOBBLE = [100.0, 99.0, 101.0, 100.0, 99.5, 100.5]  # ±1 %: noise, on any screen
+
+
+@pytest.mark.parametrize("values, min_span, drawn", [
+    (WOBBLE, RATE_MIN_SPAN, "██████"),  # a rate's noise draws flat (it drew ▃▁█▃▂▅: a cliff on a phone)
+    ([100, 100, 100, 50, 50, 50], RATE_MIN_SPAN, "███▅▅▅"),  # half the rate, half the bar
+    ([100, 100, 0], RATE_MIN_SPAN, "██▁"),  # stopped
+    ([0.0, 0.0, 0.0], RATE_MIN_SPAN, "▁▁▁"),  # nothing there: the bottom, not the top
+    ([2.30, 2.28, 2.32, 2.30, 2.31], LOSS_MIN_SPAN, "█████"),  # a loss's noise draws flat too
+    ([3.0, 2.75, 2.5, 2.25, 2.0], LOSS_MIN_SPAN, "█▇▅▃▁"),  # its real descent still shows
+    ([2.3, 2.3, 2.3, 4.6], LOSS_MIN_SPAN, "▁▁▁█"),  # and a spike
+    ([1, 2, 3, 4, 5, 6, 7, 8], LOSS_MIN_SPAN, "▁▂▃▄▅▆▇█"),  # a range wider than the least span: scaled to it
+    ([3.0, 3.0, 3.0], LOSS_MIN_SPAN, "███"),  # flat is flat, at the top
+    ([-1.0, -1.01, -0.99], LOSS_MIN_SPAN, "███"),  # a negative loss (some RL objectives) alike
+    ([5.0, math.nan, 5.0], RATE_MIN_SPAN, "██"),
+    ([5.0], RATE_MIN_SPAN, ""),
+    ([], LOSS_MIN_SPAN, ""),
+])
+def test_a_sparkline_draws_noise_flat_and_a_drop_as_a_drop(values, min_span, drawn):
+    assert spark(values, min_span=min_span) == drawn
+
+
+def clocked(until: float) -> list[Point]:
+    """A point a minute from T0 (a multiple of 5 min) to `until`, the rate 100 or 50 by wall-clock 5-minute cell."""
+    return [Point(t, Phase.TRAINING, 0, i, None, 2.0, 100.0 if int(t // 300) % 2 else 50.0, "it/s")
+            for i, t in enumerate(T0 + 60.0 * k for k in range(int((until - T0) // 60) + 1))]
+
+
+@pytest.mark.parametrize("ask", [7200.0, 7320.0, 7440.0])  # asks a few minutes apart, inside the newest cell
+def test_sparkline_cells_are_fixed_to_the_clock_not_sliding_with_now(ask):
+    step = Step("x", step=1, rate=100.0, rate_unit="it/s")
+    first = trend(clocked(T0 + 7200.0), step).rate_spark
+    again = trend(clocked(T0 + ask), step).rate_spark
+    assert len(first) == SPARK_CELLS
+    # Every cell but the newest (still filling) reads the same, each a whole 5-minute cell: 100 or 50, never a mix.
+    assert again[:-1] == first[:-1] and set(first) == {"█", "▅"}
+
+
+def test_a_drop_in_the_rate_draws_a_drop_and_its_wobble_draws_flat():
+    wobble = [100.0 * (1 + 0.01 * (-1) ** i) for i in range(60)]
+    flat = trend(history(wobble), Step("x", step=590, rate=100.0, rate_unit="it/s")).rate_spark
+    assert set(flat) == {"█"}
+    dropped = trend(history(wobble[:30] + [50.0] * 30), Step("x", step=590, rate=50.0, rate_unit="it/s")).rate_spark
+    assert dropped.startswith("███") and dropped.endswith("▄▄▄")  # half of its top, 101

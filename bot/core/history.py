@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from bot.core.facts import Step
-from bot.core.gpus import GpuReport
+from bot.core.gpus import GpuReport, GpuState
 from bot.core.verdict import Phase, Verdict
 
 RECENT_S = 3 * 3600.0  # what answers and alerts read; older points stay in the state file for charts
@@ -45,19 +45,24 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) and abs(x) < 1e30 else None
 
 
-def _roles(gpu: GpuReport | None) -> tuple[RoleLoad, ...]:
+def role_load(role: str, states: Sequence[GpuState]) -> RoleLoad | None:
+    """The role's load over its GPUs: each GPU's share of time busy (counted in its readings, or estimated over
+    the driver's window), their mean, and the memory they hold together; None when nothing was read."""
+    shares = [share for g in states if (share := g.busy_share) is not None]
+    mems = [g.mem_used_mib for g in states if g.mem_used_mib is not None]
+    if not shares and not mems:
+        return None
+    busy = sum(shares) / len(shares) if shares else 0.0
+    return RoleLoad(role, round(busy, 3), round(sum(mems) / 1024, 2) if mems else None)
+
+
+def role_loads(gpu: GpuReport | None) -> tuple[RoleLoad, ...]:
+    """Each configured role's load ("GPUs": all of them, for a run with no roles): what the memory keeps,
+    the metrics export and the JSON answers carry."""
     if gpu is None or not gpu.gpus:
         return ()
-    out = []
     roles = [(role, gpu.in_role(role)) for role, _ in gpu.roles] or [("GPUs", list(gpu.gpus))]
-    for role, states in roles:
-        # Each GPU's share of time busy (counted in its readings, or estimated over the driver's window).
-        shares = [share for g in states if (share := g.busy_share) is not None]
-        mems = [g.mem_used_mib for g in states if g.mem_used_mib is not None]
-        if shares or mems:
-            busy = sum(shares) / len(shares) if shares else 0.0
-            out.append(RoleLoad(role, round(busy, 3), round(sum(mems) / 1024, 2) if mems else None))
-    return tuple(out)
+    return tuple(load for role, states in roles if (load := role_load(role, states)) is not None)
 
 
 def _times(steps: Sequence[Step], t: float, age: float | None) -> list[float]:
@@ -82,7 +87,7 @@ def observe(verdict: Verdict, t: float, last: Point | None) -> tuple[Point, ...]
     if not verdict.reached:
         return ()
     segment = last.segment if last is not None else 0
-    level, gpus = int(verdict.level), _roles(verdict.gpu)
+    level, gpus = int(verdict.level), role_loads(verdict.gpu)
     steps = [s for s in verdict.recent if s.step is not None] or ([verdict.step] if verdict.step is not None else [])
     if steps and last is not None and last.step is not None and steps[-1].step is not None and steps[-1].step < last.step:
         segment += 1  # the counter fell back: the log restarted (a relaunch, a resume from an earlier checkpoint)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,9 @@ HOST_GROUP_MIN = 2  # runs a host must have for its outage to be told as one inc
 # How a probe fails when the host itself is away; a stopped container ("container") is the run's own news.
 HOST_FAILURES = frozenset({"unreachable", "timeout", "auth", "hostkey"})
 NAMES_SHOWN = 8
+# How one probe came back, as the metrics count it: reached, or its failure's kind; any other kind is "other",
+# so the label stays a fixed set whatever a transport reports.
+PROBE_OUTCOMES = ("ok", "unreachable", "timeout", "auth", "hostkey", "container", "local", "busy", "other")
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,22 @@ def answering(host: str, verdicts: Sequence[Verdict]) -> Verdict:
     reached = sum(v.reached for v in verdicts)
     return Verdict(run=host_key(host), phase=Phase.TRAINING, level=Level.OK,
                    headline=f"{host} answers again: {reached} of {len(verdicts)} runs probed")
+
+
+def probe_outcome(v: Verdict) -> str:
+    """One of PROBE_OUTCOMES."""
+    if v.reached:
+        return "ok"
+    return v.failure_kind if v.failure_kind in PROBE_OUTCOMES else "other"
+
+
+def unreached(verdicts: Sequence[Verdict], still_out: int) -> str | None:
+    """Why a sweep reached nothing, in fixed words and counts (a dead-man's switch's /fail body; no log text,
+    no host, no secret), or None when it reached a run — or had none to reach."""
+    if verdicts and not any(v.reached for v in verdicts):
+        kinds = Counter(probe_outcome(v) for v in verdicts)
+        return (f"no run reached: {len(verdicts)} unreachable ("
+                + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())) + ")")
+    if not verdicts and still_out:
+        return f"no probe came back: {still_out} runs still being probed since an earlier sweep"
+    return None

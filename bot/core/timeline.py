@@ -10,6 +10,7 @@ from bot.core.ledger import Incident
 from bot.core.verdict import Phase
 
 MAX_SPANS = 8  # the newest spans a phone shows; older ones are counted, not listed
+HISTORY_WINDOW_S = 86400.0  # how far back /run history and `runbot history` look unless told: "what happened overnight"
 
 
 @dataclass(frozen=True)

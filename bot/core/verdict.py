@@ -163,7 +163,7 @@ class Trend:
 
     eta: float | None = None  # seconds to the total at the last half hour's pace
     vs_median: float | None = None  # the rate now against the last hour's median: -0.12 is 12 % slower
-    rate_spark: str = ""  # the last hour's rate, one cell per 5 min
+    rate_spark: str = ""  # the last hour's rate, one cell per 5 min of the clock (bot.core.stages.trends)
     loss_spark: str = ""
     unit: str | None = None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import tzinfo
 
 from bot.core import humanize as hz
@@ -25,16 +25,33 @@ def _when(start: float, end: float, now: float, tz: tzinfo | None) -> str:
     return f"{slack_time(start, tz)}–{until}"
 
 
-def _span_line(s: Span, now: float, tz: tzinfo | None) -> str:
-    words = [safe(s.phase.value)]
+def span_words(s: Span, clean: Callable[[str], str]) -> list[str]:
+    """A span's phase, steps and rate in words, its log-borne text made safe by `clean` (Slack's or the terminal's)."""
+    words = [clean(s.phase.value)]
     if s.first_step is not None and s.last_step is not None and s.last_step != s.first_step:
         words.append(f"step {s.first_step} → {s.last_step}")
     elif s.last_step is not None:
         words.append(f"step {s.last_step}")
     if s.rate is not None:
-        words.append(f"{hz.count(s.rate)} {safe(s.unit or 'it/s')}")
+        words.append(f"{hz.count(s.rate)} {clean(s.unit or 'it/s')}")
+    return words
+
+
+def gist(spans: Sequence[Span], incidents: Sequence[Incident], now: float, window: float) -> str:
+    """"training since 2 h ago · 1 incident in 1 d": the answer's first line, plain words (phases are runbot's own)."""
+    first = spans[-1] if spans else None
+    problems = sum(1 for i in incidents if i.concern is not None)
+    said = f"{first.phase.value} since {hz.duration(now - first.start)} ago" if first else "history"
+    return f"{said} · {problems or 'no'} incident{'s' if problems != 1 else ''} in {hz.duration(window)}"
+
+
+def nothing_yet(window: float) -> str:
+    return f"nothing remembered of the last {hz.duration(window)} yet (runbot keeps what its probes see, from the first sweep on)"
+
+
+def _span_line(s: Span, now: float, tz: tzinfo | None) -> str:
     lead = ":arrows_counterclockwise: restarted · " if s.restarted else ""
-    return f"• {_when(s.start, s.end, now, tz)} {lead}{' · '.join(words)} ({hz.duration(s.end - s.start)})"
+    return f"• {_when(s.start, s.end, now, tz)} {lead}{' · '.join(span_words(s, safe))} ({hz.duration(s.end - s.start)})"
 
 
 def _incident_line(i: Incident, now: float, tz: tzinfo | None) -> str:
@@ -50,23 +67,19 @@ def history_message(run: str, spans: Sequence[Span], incidents: Sequence[Inciden
                     tz: tzinfo | None = None) -> Message:
     """The run's phases and incidents over the last `window` seconds, newest first, with chart buttons."""
     if not spans and not incidents:
-        words = f"nothing remembered of the last {hz.duration(window)} yet (runbot keeps what its probes see, from the first sweep on)"
+        words = nothing_yet(window)
         return {"text": lead(run, words), "blocks": [section(lead(run, words, ":scroll:"))]}
     shown = list(reversed(spans))[:MAX_SPANS]
     lines = [_span_line(s, now, tz) for s in shown]
     if len(spans) > len(shown):
         lines.append(f"…and {len(spans) - len(shown)} earlier")
     told = list(reversed(incidents))[:MAX_INCIDENTS]
-    problems = sum(1 for i in incidents if i.concern is not None)
-    first = shown[0] if shown else None
-    said = f"{first.phase.value} since {hz.duration(now - first.start)} ago" if first else "history"
-    gist = f"{safe(said)} · {problems or 'no'} incident{'s' if problems != 1 else ''} in {hz.duration(window)}"
-    blocks = [section(lead(run, gist, ":scroll:")),
+    said = safe(gist(spans, incidents, now, window))
+    blocks = [section(lead(run, said, ":scroll:")),
               section("*phases*\n" + "\n".join(lines) if lines else "*phases*\nno probes in this window")]
     if told:
         blocks.append(section("*incidents*\n" + "\n".join(_incident_line(i, now, tz) for i in told)))
     window_s = int(window)
     blocks.append({"type": "actions", "elements": [
         _button(f"Chart {metric}", action, f"{run} {metric} {window_s}") for metric, action in zip(CHART_METRICS, CHART_ACTIONS)]})
-    text = lead(run, gist)
-    return {"text": text, "blocks": blocks}
+    return {"text": lead(run, said), "blocks": blocks}

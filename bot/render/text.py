@@ -1,16 +1,20 @@
-"""Pure: a Verdict as plain text for the terminal (status, gpus, tail, runs). Printable, secrets redacted."""
+"""Pure: a Verdict as plain text for the terminal (status, gpus, tail, runs, history). Printable, secrets redacted."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from bot.core import humanize as hz
 from bot.core.gpus import format_indices, util_words
+from bot.core.ledger import Incident
 from bot.core.redact import clean_line, redact_lines
+from bot.core.timeline import MAX_SPANS, Span
 from bot.core.verdict import Verdict, worst_first
 from bot.render.times import clock
 from bot.render.facts import rows as fact_rows
 from bot.render.facts import tail_note
+from bot.render.alerts import concern_words
+from bot.render.history import MAX_INCIDENTS, gist, nothing_yet, span_words
 
 
 def _safe(text: str) -> str:
@@ -82,3 +86,29 @@ def runs(rows: Iterable[tuple[str, Verdict]]) -> str:
         return "no runs configured"
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {v.level.word:<4}  {_safe(v.headline)}" for name, v in rows)
+
+
+def history(run: str, spans: Sequence[Span], incidents: Sequence[Incident], now: float, window: float) -> str:
+    """`runbot history RUN`: what /run history says, newest first, times as labelled clocks (UTC)."""
+    if not spans and not incidents:
+        return f"{run}: {nothing_yet(window)}"
+    lines = [f"{run}: {gist(spans, incidents, now, window)}", "  phases"]
+    shown = list(reversed(spans))[:MAX_SPANS]
+    for s in shown:
+        until = "now" if now - s.end < 300 else clock(s.end)
+        lead = "restarted · " if s.restarted else ""
+        lines.append(f"    {clock(s.start)}–{until}  {lead}{' · '.join(span_words(s, clean_line))} ({hz.duration(s.end - s.start)})")
+    if len(spans) > len(shown):
+        lines.append(f"    …and {len(spans) - len(shown)} earlier")
+    if told := list(reversed(incidents))[:MAX_INCIDENTS]:
+        lines.append("  incidents")
+    for i in told:
+        what = "finished" if i.concern is None else clean_line(concern_words(i.concern))
+        if i.concern is None:
+            how = ""
+        elif i.closed_at is None:
+            how = f" — open {hz.duration(now - i.opened_at)}"
+        else:
+            how = f" — over after {hz.duration(i.closed_at - i.opened_at)}"
+        lines.append(f"    {clock(i.opened_at)}  {what}{how}")
+    return "\n".join(lines)

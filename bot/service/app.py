@@ -37,6 +37,7 @@ class Services:
     store: Any = None  # the watchdog's incident store
     watchdog: Any = None
     scheduler: Scheduler | None = None  # every probe goes through it (made from targets when not given)
+    observer: Any = None  # told of each sweep (bot.service.observe): the metrics and heartbeat [bot] asks for
     clock: Callable[[], float] = time.time
     charts: ChartQueue = field(default_factory=ChartQueue)  # /run plot draws here, never in the default executor
     pending: set = field(default_factory=set, repr=False)  # listener tasks still working, for a clean stop

@@ -17,7 +17,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
-from bot.service import watchdog
+from bot.service import monitoring, watchdog
 from bot.service.app import Services, build_app, make_services
 from bot.service.logs import JsonLines, to_stderr
 from bot.service.slack_requests import MAX_BODY, SeenSignatures, body_fault, timestamp_fault
@@ -36,8 +36,8 @@ EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 # Started after the app is listening, stopped (in reverse) once it has stopped taking requests
 # and the answers in flight are out. Each is an object or module with optional
 # `on_start(services)` / `on_stop(services)` (plain or async): the watchdog runs its scheduler
-# on this event loop.
-STARTUP_HOOKS: list[Any] = [watchdog]
+# on this event loop. Monitoring starts first: the watchdog's on_start hands its observer to the Watchdog.
+STARTUP_HOOKS: list[Any] = [monitoring, watchdog]
 
 
 def serve(registry: Registry, settings: Settings, *, log_level: int = logging.INFO) -> int:
@@ -87,7 +87,11 @@ async def serve_async(
             print(f"runbot: cannot listen on {host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_FAILED
         for hook in STARTUP_HOOKS:
-            await _call(hook, "on_start", services)
+            try:
+                await _call(hook, "on_start", services)
+            except monitoring.StartError as exc:
+                print(f"runbot: {exc}", file=sys.stderr)
+                return EXIT_FAILED
             started.append(hook)
         log.info("ready", extra={"runbot": {"event": "ready", "mode": "socket" if settings.socket_mode else "http",
                                             "port": None if settings.socket_mode else settings.port,

@@ -24,6 +24,7 @@ from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, is_ho
 from bot.service.state_file import StateFile
 from bot.core.verdict import Concern, Verdict, Worry
 from bot.service.history import History
+from bot.service.observe import ObservedChat, Observers
 from config.registry import LOCAL, Registry, Run
 
 log = logging.getLogger("runbot.watchdog")
@@ -47,6 +48,7 @@ class SweepReport:
     still_running: tuple[str, ...]  # runs whose probe from an earlier sweep has not come back
     queued: int  # messages this sweep decided
     waiting: int  # runs with messages still waiting for Slack afterwards
+    outbox: int = 0  # messages still waiting for Slack afterwards (the metrics' outbox depth)
 
 
 class _Round:
@@ -72,8 +74,10 @@ class Watchdog:
 
     def __init__(self, registry: Registry, targets: Any, state_file: StateFile, chat: Chat, *,
                  clock: Callable[[], float] = time.time, tz: tzinfo | None = None, policy: Policy | None = None,
-                 watch_every: float = WATCH_EVERY_S, scheduler: Scheduler | None = None) -> None:
+                 watch_every: float = WATCH_EVERY_S, scheduler: Scheduler | None = None, observer: Any = None) -> None:
         self.registry, self.state_file, self.chat = registry, state_file, chat
+        # Told of each sweep and verdict (bot.service.observe): the metrics, a dead-man's switch; none by default.
+        self.observer = observer if observer is not None else Observers()
         # Every probe goes through the one scheduler (the Slack app's, in `runbot serve`), which adds what
         # it saw to each run's memory: the diagnosis reads it (trends, slowness), the summaries too.
         if scheduler is None:
@@ -143,6 +147,7 @@ class Watchdog:
         Returns after `wait` seconds even if some probes are still out (they finish on their own,
         and the next sweep skips their runs); None waits for all."""
         started = time.perf_counter()
+        self.observer.sweep_started()
         self._slack_down = False
         queued_before = self._queued
         launched, busy = [], []
@@ -171,7 +176,8 @@ class Watchdog:
             await self._deliver_or_log(run)
         await self.state_file.flush()  # the sweep's points (those of probes still out go with the next)
         report = SweepReport(time.perf_counter() - started, probed, tuple(busy),
-                             self._queued - queued_before, len(self._backlog))
+                             self._queued - queued_before, len(self._backlog), len(self.ledger.pending()))
+        self.observer.sweep_finished(report)
         log.info("sweep: %d runs in %.2f s · %d messages queued · %d runs with messages waiting%s",
                  report.probed, report.seconds, report.queued, report.waiting,
                  f" · still probing {', '.join(busy)}" if busy else "")
@@ -288,6 +294,7 @@ class Watchdog:
         `held`: the run's whole host is down and its own incident tells that; the run holds still."""
         now = self.clock()
         self.verdicts[run.name] = verdict
+        self.observer.judged(run.name, verdict)
         seen = Seen((Concern(Worry.HELD),), headline=verdict.headline) if held else Seen.of(verdict)
         new, actions = alerts.decide(self.states.get(run.name), seen, now, self.policy)
         return self._commit(run, new, actions, verdict, now)
@@ -604,8 +611,9 @@ class Watchdog:
         except asyncio.CancelledError:  # the scheduler's shutdown cancels a running job: that is a stop, not an error
             log.debug("sweep cancelled by shutdown")
             return
-        except Exception:  # noqa: BLE001 - logged; the prune and the next sweep still happen
+        except Exception as exc:  # noqa: BLE001 - logged; the prune and the next sweep still happen
             log.exception("watchdog: the sweep failed")
+            self.observer.sweep_failed(f"the sweep failed: {type(exc).__name__}")
         self.ledger.prune(self.clock() - KEEP_SENT_S)
         await self.state_file.flush()  # the sweep's last changes, and a retry of a failing disk
 
@@ -632,8 +640,11 @@ async def on_start(services: Any) -> None:
     services.store.retention = (bot.history_full, bot.history_every, bot.history_keep)
     if services.history is None:
         services.history = History(services.store, clock=clock, runs=list(services.registry.runs))
+    observer = getattr(services, "observer", None)  # bot.service.monitoring's, when [bot] asks for one
+    if observer is not None:
+        chat = ObservedChat(chat, observer)
     services.watchdog = Watchdog(services.registry, services.targets, services.store, chat, clock=clock,
-                                 scheduler=services.scheduler)
+                                 scheduler=services.scheduler, observer=observer)
     services.watchdog.start()
 
 

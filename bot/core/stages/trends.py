@@ -13,7 +13,11 @@ from bot.core.history import Point
 from bot.core.verdict import Finding, Found, Phase, Trend
 
 SPARK = "▁▂▃▄▅▆▇█"
-SPARK_WINDOW_S, SPARK_CELLS = 3600.0, 12
+SPARK_WINDOW_S, SPARK_CELLS = 3600.0, 12  # one cell per 5 minutes of the clock
+# The least height of a sparkline's axis, as a share of its level: a rate from zero (a ±1 % wobble is noise,
+# a drop to half is half the bar); a loss falls slowly, so it gets a fifth of its level (a 2 % wobble still
+# draws flat, its descent still shows).
+RATE_MIN_SPAN, LOSS_MIN_SPAN = 1.0, 0.2
 PACE_WINDOW_S = 1800.0  # the ETA's pace: the last half hour of steps
 BASELINE_WINDOW_S = 3600.0  # a rate is slow against the median of the hour before its slow stretch
 MIN_BASELINE_POINTS = 5
@@ -42,24 +46,34 @@ def _training(points: Sequence[Point], unit: str | None) -> list[Point]:
     return [p for p in points if p.phase is Phase.TRAINING and p.rate is not None and p.unit == unit]
 
 
-def spark(values: Sequence[float]) -> str:
+def spark(values: Sequence[float], *, min_span: float) -> str:
+    """One cell per value, on an axis whose top is the highest value and whose height is at least `min_span`
+    of the level (the largest magnitude): noise smaller than that draws flat at the top, a real fall draws a
+    fall. `min_span=1.0` scales a non-negative series from zero, as a rate is read (half the rate, half the bar)."""
     finite = [v for v in values if math.isfinite(v)]
     if len(finite) < 2:
         return ""
     lo, hi = min(finite), max(finite)
-    span = hi - lo or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * len(SPARK)))] for v in finite)
+    height = max(hi - lo, min_span * max(abs(lo), abs(hi)))
+    if height == 0:  # all zero: nothing moves, and nothing is there
+        return SPARK[0] * len(finite)
+    bottom = hi - height
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - bottom) / height * len(SPARK)))] for v in finite)
 
 
 def _cells(points: Sequence[Point], attr: str, now: float) -> list[float]:
-    """The last hour in SPARK_CELLS buckets, each the median of its points (empty buckets skipped)."""
+    """The last SPARK_CELLS wall-clock buckets up to `now`, each the median of its points (empty ones skipped).
+
+    Buckets are fixed to the clock (multiples of SPARK_WINDOW_S / SPARK_CELLS since the epoch), not counted
+    back from `now`: two asks a minute apart draw the same cells, only the newest still filling."""
     width = SPARK_WINDOW_S / SPARK_CELLS
+    newest = math.floor(now / width)
     buckets: dict[int, list[float]] = {}
     for p in points:
         value = getattr(p, attr)
-        age = now - p.t
-        if value is not None and 0 <= age < SPARK_WINDOW_S:
-            buckets.setdefault(SPARK_CELLS - 1 - int(age // width), []).append(value)
+        cell = math.floor(p.t / width)
+        if value is not None and newest - SPARK_CELLS < cell <= newest:
+            buckets.setdefault(cell, []).append(value)
     return [statistics.median(buckets[k]) for k in sorted(buckets)]
 
 
@@ -83,8 +97,8 @@ def trend(points: Sequence[Point], step: Step | None) -> Trend:
     rated = _training(seg, unit)
     hour = [p.rate for p in rated if now - p.t <= BASELINE_WINDOW_S]
     vs = (step.rate / statistics.median(hour) - 1) if step.rate and len(hour) >= MIN_BASELINE_POINTS and statistics.median(hour) else None
-    return Trend(eta=_eta(seg, step, now), vs_median=vs, rate_spark=spark(_cells(rated, "rate", now)),
-                 loss_spark=spark(_cells(seg, "loss", now)), unit=unit)
+    return Trend(eta=_eta(seg, step, now), vs_median=vs, rate_spark=spark(_cells(rated, "rate", now), min_span=RATE_MIN_SPAN),
+                 loss_spark=spark(_cells(seg, "loss", now), min_span=LOSS_MIN_SPAN), unit=unit)
 
 
 def slow(points: Sequence[Point], step: Step | None, phase: Phase, policy: RunNumbers) -> Found | None:
