@@ -45,22 +45,39 @@ def _position(step: Step | None) -> int:
     return step.index if step is not None else -(1 << 30)
 
 
-def _fatal(ev: Evidence, after: int) -> Crash | None:
-    """The error that ended the run, not the launcher's echo of it.
+# Fatal texts that can be glued after a progress bar's last frame (stderr written onto stdout's open line):
+# on the progress line itself only these count, never the line's own words.
+_GLUED = frozenset({Kind.SEGFAULT, Kind.KILLED, Kind.ASSERT, Kind.SIGNAL, Kind.FATAL, Kind.NCCL_TIMEOUT, Kind.HANG})
+# A rank's NCCL error that only says the watchdog tore its communicator down: the consequence of a timeout.
+_ABORTED = re.compile(r"(?i)communicator was aborted|watchdog thread terminated|taking the entire process down")
 
-    The workers' own errors come before the launcher's report (its ChildFailedError or exit code
-    only repeats a child's error when that error is in the log), and the others' SIGTERM is the
-    launcher's teardown. With several ranks failing, the first in the log failed first; one process
-    failing again and again (a retry loop), its last error is the one that ended it."""
-    fatal = [c for c in ev.crashes if not c.in_thread and c.line_index >= after]
+
+def _fatal(ev: Evidence, after: int) -> Crash | None:
+    """The error that ended the run, named by its cause, not by the launcher's echo of it.
+
+    The workers' own errors come before the launcher's report (its ChildFailedError, CalledProcessError or
+    exit code only repeats a child's error when that error is in the log), and the others' SIGTERM is the
+    launcher's teardown. A traceback cut before its exception line names nothing: any other report says
+    more. A collective's timeout is the cause of the other ranks' aborted communicators. With several ranks
+    failing, the first in the log failed first; one process failing again and again (a retry loop), its
+    last error is the one that ended it."""
+    fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and c.kind in _GLUED))]
     if not fatal:
         return None
-    own = [c for c in fatal if c.kind not in ("child_failed", "signal") and not _TEARDOWN.search(f"{c.exc_type or ''} {c.message}")]
+    named = [c for c in fatal if not _unnamed(c)] or fatal
+    own = [c for c in named if c.kind not in ("child_failed", "signal") and not _TEARDOWN.search(f"{c.exc_type or ''} {c.message}")]
     if not own:
-        reports = [c for c in fatal if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
-        return reports[0] if reports else fatal[-1]
+        reports = [c for c in named if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
+        return reports[0] if reports else named[-1]
+    if any(c.kind is Kind.NCCL_TIMEOUT for c in own):
+        own = [c for c in own if not (c.kind is Kind.NCCL_ERROR and _ABORTED.search(c.message))]
     ranks = {c.rank for c in own}
     return own[0] if len(ranks) > 1 else own[-1]
+
+
+def _unnamed(c: Crash) -> bool:
+    """A traceback the log cut before its exception line: it says something failed, not what."""
+    return c.kind is Kind.TRACEBACK and not c.exc_type and not c.message
 
 
 def _restarted(ev: Evidence, crash: Crash) -> bool:
@@ -151,8 +168,6 @@ def activity(ev: Evidence) -> Doing:
     threads = [c for c in ev.crashes if c.in_thread]
     thread_crash = threads[-1] if threads else None
     crash = _fatal(ev, at)
-    if crash is not None and crash.line_index == at and crash.kind not in ("segfault", "killed", "assert", "signal"):
-        crash = None  # on the progress line itself only a glued fatal text counts (`…| 11/56 [..]Segmentation fault`)
     if crash is not None and _restarted(ev, crash):
         crash = None
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's

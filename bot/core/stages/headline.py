@@ -198,7 +198,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     if doing.phase is Phase.CRASHED:
         ending = "process gone" if not life.alive else (
             f"process {writer.pid} still alive (hung after the error?)" if writer else "process still alive?")
-        return verdict(Phase.CRASHED, Level.CRIT, f"crashed — {words.crash(doing.crash)} {_at(step)}; {ending}",
+        return verdict(Phase.CRASHED, Level.CRIT, f"{words.ended_by(doing.crash)} — {words.crash(doing.crash)} {_at(step)}; {ending}",
                        [Concern(Worry.CRASHED)], said={Said.CRASH} | at_said)
 
     finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or (
