@@ -16,7 +16,7 @@ from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
 from bot.core.markers import words as announced
 from bot.core.stages.activity import Doing, last_result, logged_error, results_after
-from bot.core.stages.freshness import Freshness
+from bot.core.stages.freshness import Freshness, allowed_before_first_step, standing
 from bot.core.stages.pace import phase_threshold
 from bot.core.stages.schedule import at_schedule_end
 from bot.core.stages.liveness import Life, Liveness, main_writer
@@ -144,6 +144,9 @@ def _epochs_to_go(step: Step) -> bool:
 
 # Findings that make a verdict a warning and are said in its line.
 _WARNS = frozenset({Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.SLOW, Finding.LOSS_SPIKE})
+# Before the first step, these may be silent only while their work moves (freshness.allowed_before_first_step);
+# a compiler prints nothing until it is done, so compiling keeps the loading grace.
+_BEFORE_FIRST_STEP = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.BUSY})
 
 
 def _concern(found: Found) -> Concern | None:
@@ -263,6 +266,11 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
     threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
     age = fresh.age if phase is Phase.TRAINING and not doing.no_file_progress else ev.silent_for
+    if step is None and phase in _BEFORE_FIRST_STEP:
+        # The grace is for loading that moves: a frozen log before the first step is a hang within silence_after.
+        bar = doing.bar.bar if doing.bar is not None else None
+        threshold = allowed_before_first_step(bar, training_threshold, run.loading_grace)
+        age = standing(ev, bar)
     describe = _phase_words(ev, doing, step, fresh.age, previous, writer, trends)
 
     if age is not None and age > threshold:
