@@ -20,6 +20,7 @@ class Mark(str, enum.Enum):
     LOADING = "loading"
     PREPARING = "preparing"
     TRAINING = "training"  # "***** Running training *****": the loop is about to start
+    RESTARTING = "restarting"  # a launcher restarts its workers after a failure (torch elastic's agent)
     ENDED = "ended"  # a normal end, in the trainer's or the launcher's own words
 
 
@@ -120,6 +121,8 @@ _LOAD = re.compile(r"(?i)^loading (?:checkpoint|model|weights|pretrained|state)|
                    r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b")
 _PREPARE = re.compile(r"(?i)\bbuilding (?:GPT |train|the |\w+ )?(?:datasets?|indices|index|vocab)|> building\b|"
                       r"\b(?:tokeniz|preprocess)ing\b|\bloading (?:the )?(?:dataset|data)\b|\bprepar(?:e|ing) (?:the )?data")
+# torch.distributed.elastic's agent: `[default] Worker group FAILED. 3/3 attempts left; will restart worker group`.
+_RESTART = re.compile(r"(?i)\bwill restart worker group\b")
 _TRAIN = re.compile(r"(?i)\*+[ \t]*Running training[ \t]*\*+|\bStarting training\b|\bstart(?:ing)? training\b|\bbegin training\b")
 # Lines that mention these words without announcing anything: traceback frames, code, exceptions.
 _INDENTED = re.compile(r"(?:[ \t]{4}|\t)[ \t]*\S")  # a traceback's source lines, code
@@ -137,7 +140,7 @@ _WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoi
 
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save
 # names a checkpoint that loading would claim, an evaluation's results before the evaluation.
-_KINDS = ((Mark.SAVED, _SAVED), (Mark.SAVING, _SAVE), (Mark.EVALUATED, _EVALUATED), (Mark.EVALUATING, _EVAL),
+_KINDS = ((Mark.RESTARTING, _RESTART), (Mark.SAVED, _SAVED), (Mark.SAVING, _SAVE), (Mark.EVALUATED, _EVALUATED), (Mark.EVALUATING, _EVAL),
           (Mark.TRAINING, _TRAIN), (Mark.COMPILING, _COMPILE), (Mark.LOADING, _LOAD), (Mark.PREPARING, _PREPARE))
 
 

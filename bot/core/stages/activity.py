@@ -16,7 +16,8 @@ from bot.core.verdict import Phase
 _BAR_PHASES = {Role.LOADING: Phase.LOADING, Role.PREPARING: Phase.PREPARING, Role.EVALUATING: Phase.EVALUATING,
                Role.SAVING: Phase.SAVING, Role.OTHER: Phase.BUSY, Role.TRAINING: Phase.TRAINING}
 _MARK_PHASES = {Mark.SAVING: Phase.SAVING, Mark.EVALUATING: Phase.EVALUATING, Mark.COMPILING: Phase.COMPILING,
-                Mark.LOADING: Phase.LOADING, Mark.PREPARING: Phase.PREPARING, Mark.TRAINING: Phase.STARTING}
+                Mark.LOADING: Phase.LOADING, Mark.PREPARING: Phase.PREPARING, Mark.TRAINING: Phase.STARTING,
+                Mark.RESTARTING: Phase.STARTING}
 _CLOSES = {Mark.SAVING: Mark.SAVED, Mark.EVALUATING: Mark.EVALUATED}
 # Crashes that are the launcher tearing the others down, not a failure of their own.
 _TEARDOWN = re.compile(r"(?i)SIGTERM|closing signal|death signal|terminat")
@@ -37,6 +38,7 @@ class Doing:
     crash: Crash | None = None  # the fatal error after the last progress
     ended: Marker | None = None  # a normal end after the last progress
     thread_crash: Crash | None = None  # a thread that died (the run may go on)
+    restarted_after: Crash | None = None  # the error a relaunch followed (the launcher restarts its workers)
     reached_total: bool = False  # the loop's counter reached its total
     no_file_progress: bool = False  # Lightning's rich bar: it trains, but nothing reaches the file
 
@@ -85,6 +87,8 @@ def _restarted(ev: Evidence, crash: Crash) -> bool:
     printed again (a relaunch repeats its first lines; a dying process's last words and the launcher's
     teardown do not look like the run's start)."""
     later = crash.line_index + 3
+    if any(m.index > crash.line_index and m.kind is Mark.RESTARTING for m in ev.markers):
+        return True  # the launcher says so
     if (any(m.index > later and m.kind in (Mark.LOADING, Mark.PREPARING, Mark.TRAINING, Mark.COMPILING) for m in ev.markers)
             or any(b.index > later and b.bar.role in (Role.LOADING, Role.PREPARING) for b in ev.bars)):
         return True
@@ -168,15 +172,16 @@ def activity(ev: Evidence) -> Doing:
     threads = [c for c in ev.crashes if c.in_thread]
     thread_crash = threads[-1] if threads else None
     crash = _fatal(ev, at)
+    restarted_after = None
     if crash is not None and _restarted(ev, crash):
-        crash = None
+        crash, restarted_after = None, crash
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
     # last move, not after its last redraw.
     # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
     moved = _last_move(ev.steps)
     ends = [m for m in ev.markers if m.kind is Mark.ENDED and (
         m.index >= moved or (m.index == moved - 1 and sum(s.index > m.index for s in ev.steps) == 1))]
-    base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step)}
+    base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step), "restarted_after": restarted_after}
     if crash is not None:
         return Doing(Phase.CRASHED, crash=crash, **base)
     # An evaluation bar at its total is an evaluation done: the loop goes on (YOLO's per-epoch validation).

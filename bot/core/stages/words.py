@@ -135,6 +135,8 @@ def finding(f: Found) -> str:
         return f"slow: {hz.count(f.before or 0)} → {hz.count(f.value or 0)} {f.detail}{change}{lasted}"
     if f.what is Finding.LOSS_SPIKE:
         return f"loss spiking: {_value(f.value)} against {_value(f.before)} before" + (f" (step {f.step})" if f.step is not None else "")
+    if f.what is Finding.LOSS_SCALE:
+        return f"fp16 overflow on every step: loss scale {hz.number(f.value or 0)}, steps skipped (nothing learns)"
     if f.what is Finding.THREAD_DIED:
         return f"thread {f.detail} died"
     if f.what is Finding.IDLE_ROLE:
