@@ -30,8 +30,8 @@ _FATAL = re.compile(r"(?i)floating point exception(?: \(core dumped\))?|\bbus er
 # bash's job-control report: `script.sh: line 44: 367038 Hangup   deepspeed …`
 _JOB = re.compile(r"line \d+:[ \t]+\d+[ \t]+(Hangup|Terminated|Interrupt|Quit|Killed|Aborted|Segmentation fault|Bus error)\b")
 _SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death signal|received signal (SIG\w+)"
-                     r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal"
-                     r"|\bReceived (SIG(?:TERM|INT|HUP|QUIT|USR1|USR2))\b")  # Lightning's `[rank: 0] Received SIGTERM: 15`
+                     r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal")
+# Not Lightning's `[rank: 0] Received SIGTERM: 15`: NeMo under SLURM prints it at start-up and trains on.
 _ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
 # Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
@@ -351,7 +351,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "training early", "received sig")
+                "training early")
 
 
 def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:
