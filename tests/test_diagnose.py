@@ -109,7 +109,11 @@ CASES = [
      {}, Phase.SILENT, Level.CRIT, "GPUs 0–1 idle"),
     ("stuck collective", TEN_STEPS, {"age": 720, "gpus": gpu_section(SPIN)}, {}, Phase.SILENT, Level.CRIT,
      "GPU 0 at 100 % with no new steps (stuck in a collective?), waiting on idle GPU 1"),
-    ("loading is allowed its grace", BAR_27, {"age": 1200}, {}, Phase.LOADING, Level.NOTE, "loading weights 27%"),
+    # The loading grace is for loading that moves (issue 20, class 3): this bar ran at 587 it/s, so 20 min
+    # without a frame is a hang; within silence_after it is loading.
+    ("loading within silence_after", BAR_27, {"age": 300}, {}, Phase.LOADING, Level.NOTE, "loading weights 27%"),
+    ("a frozen loading bar is a hang", BAR_27, {"age": 1200}, {}, Phase.SILENT, Level.CRIT,
+     "silent 20 min — while no steps yet — loading weights 27% (59/219)"),
     ("loading past its grace", BAR_27, {"age": 3000}, {}, Phase.SILENT, Level.CRIT,
      "silent 50 min — while no steps yet — loading weights 27% (59/219)"),
     ("crashed OOM", OOM_LOG, {"writers": NOBODY, "age": 5}, {}, Phase.CRASHED, Level.CRIT,

@@ -445,8 +445,11 @@ CRASHES = [
      [dict(kind="traceback", exc_type="ExceptionGroup", message="many (2 sub-exceptions)")]),
     ("cuda error out of memory", "Traceback (most recent call last):\n  File \"t.py\", line 1\nRuntimeError: CUDA error: out of memory",
      [dict(kind="oom", exc_type="RuntimeError")]),
-    ("dataloader worker killed is a traceback", "Traceback (most recent call last):\n  File \"d.py\", line 1\n"
-     "RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed.", [dict(kind="traceback")]),
+    # The signal is the cause, not the RuntimeError that carries it (issue 20, class 5).
+    ("dataloader worker killed is its signal", "Traceback (most recent call last):\n  File \"d.py\", line 1\n"
+     "RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed.",
+     [dict(kind="killed", exc_type=None, message="DataLoader worker (pid 4321) killed by signal SIGKILL",
+           signal_hint="SIGKILL (often the kernel's OOM killer)")]),
     ("ignored exceptions are not crashes", "Exception ignored in: <function _after_fork at 0x7f>\nTraceback (most recent call last):\n"
      "  File \"threading.py\", line 1\nTypeError: 'NoneType' object is not callable\nstep=5 loss=1", []),
     ("watchdog, one per rank", "\n".join([WATCHDOG.format(r=3), WATCHDOG_AFTER.format(r=3), WATCHDOG.format(r=5)]),

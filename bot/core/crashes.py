@@ -31,6 +31,7 @@ _FATAL = re.compile(r"(?i)floating point exception(?: \(core dumped\))?|\bbus er
 _JOB = re.compile(r"line \d+:[ \t]+\d+[ \t]+(Hangup|Terminated|Interrupt|Quit|Killed|Aborted|Segmentation fault|Bus error)\b")
 _SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death signal|received signal (SIG\w+)"
                      r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal")
+# Not Lightning's `[rank: 0] Received SIGTERM: 15`: NeMo under SLURM prints it at start-up and trains on.
 _ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
 # Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
@@ -38,9 +39,28 @@ _AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
 _DS_RANK = re.compile(r"--local_rank=(\d+)")
 _FIELD = re.compile(r"^[ \t]*(rank|exitcode|local_rank)[ \t]*:[ \t]*(-?\d{1,9})\b")
-_SIGNALS = {9: "SIGKILL (often the kernel's OOM killer)", 6: "SIGABRT (e.g. after an NCCL timeout)",
-            11: "SIGSEGV", 7: "SIGBUS (often /dev/shm too small)", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
-_SIGNAL_NUMBERS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+# The signals a run dies of: their names, and what usually sends them (one table: the hints and the names
+# every message uses).
+SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+_LIKELY = {9: "often the kernel's OOM killer", 6: "e.g. after an NCCL timeout", 7: "often too little shared memory in /dev/shm"}
+_SIGNALS = {n: f"{name} ({_LIKELY[n]})" if n in _LIKELY else name for n, name in SIGNAL_NAMES.items()}
+# The launcher's report of a child's end (accelerate's simple_launcher, DeepSpeed's and torch.distributed.launch's
+# old launchers, autotrain): `subprocess.CalledProcessError: Command '[...]' died with <Signals.SIGKILL: 9>.`
+# or `... returned non-zero exit status -9.`
+_CALLED = re.compile(r"died with <Signals\.(SIG\w+): (\d+)>|returned non-zero exit status (-?\d+)")
+_PROGRAM = re.compile(r"""['"]([^'"\s]*?([\w.-]+\.py))['"]""")
+# A DataLoader worker's death, as the main process reports it: the signal is the cause, not the RuntimeError.
+_WORKER = re.compile(r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\) is killed by signal: ([A-Z][\w ]*?)\.")
+_WORKER_KINDS = {"Killed": (Kind.KILLED, 9), "Bus error": (Kind.FATAL, 7), "Segmentation fault": (Kind.SEGFAULT, 11),
+                 "Aborted": (Kind.FATAL, 6)}
+# What an interrupt looks like when a handler caught it and the script went on (a summary, a test, a save
+# may follow: they are no normal end). One table; where each comes from:
+_INTERRUPTS = re.compile(
+    r"\bExiting from training early\b"  # PyTorch examples' word_language_model, Transformer-XL, AWD-LSTM: `except KeyboardInterrupt`
+    r"|Detected KeyboardInterrupt, attempting graceful shutdown"  # PyTorch Lightning: fit() returns and the script goes on
+)
+# DataLoader's own word for a worker's bus error (torch/utils/data/_utils/signal_handling.py).
+_WORKER_BUS = re.compile(r"Unexpected bus error encountered in worker")
 # In a chain of exceptions the cause is often the first: these say what really happened.
 _CAUSES = re.compile(r"(?i)out of memory|killed by signal|CUDA error|NCCL|No space left|device-side assert|"
                      r"Segmentation fault|cannot allocate memory")
@@ -71,6 +91,10 @@ def _exception(text: str) -> tuple[str, str] | None:
 
 
 def _exc_kind(exc_type: str, message: str) -> Kind:
+    if exc_type.endswith("CalledProcessError") and _CALLED.search(message):
+        return Kind.CHILD_FAILED  # the launcher's report: the child's own error, when in the log, is the cause
+    if m := _WORKER.search(message):
+        return _WORKER_KINDS.get(m[2], (Kind.FATAL, None))[0]
     if exc_type.endswith("OutOfMemoryError") or "CUDA out of memory" in message:
         return Kind.OOM
     if _WATCHDOG.search(message):
@@ -105,6 +129,30 @@ def _root_cause(texts: Sequence[str]) -> tuple[int | None, int | None]:
     best = (next((e for e in entries if e["root"]), None)
             or next((e for e in entries if e.get("exitcode") not in (None, -15)), None) or (entries or [{}])[0])
     return best.get("rank"), best.get("exitcode")
+
+
+def exception_crash(exc_type: str, message: str, rank: int | None, index: int, thread: str | None = None) -> Crash:
+    """The crash an exception line stands for, named by its cause: a launcher's CalledProcessError by the child's
+    exit (a signal: the kernel's OOM killer sends SIGKILL), a DataLoader worker's death by its signal."""
+    kind = _exc_kind(exc_type, message)
+    if kind is Kind.CHILD_FAILED and (m := _CALLED.search(message)):
+        code = -int(m[2]) if m[2] else int(m[3])
+        program = _PROGRAM.findall(message[:m.start()])
+        local = _DS_RANK.search(message)
+        return Crash(Kind.CHILD_FAILED, exc_type, program[0][1] if program else "", thread,
+                     int(local[1]) if local else rank, exit_code=code, signal_hint=_signal_hint(code), line_index=index)
+    if m := _WORKER.search(message):
+        number = _WORKER_KINDS.get(m[2], (None, None))[1]
+        name = SIGNAL_NAMES.get(number, m[2].lower()) if number else m[2].lower()
+        return Crash(kind, None, f"DataLoader worker (pid {m[1].strip()}) killed by signal {name}", thread, rank,
+                     signal_hint=_SIGNALS.get(number) if number else None, line_index=index)
+    if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR):
+        rank = _rank_in(message, rank)
+    if kind is Kind.NCCL_TIMEOUT and _WATCHDOG.search(message):
+        # "NCCL communicator was aborted on rank 1. Original reason for failure was: [Rank 1] Watchdog caught
+        # collective operation timeout: …": the timeout is the news, the abort its consequence.
+        return Crash(kind, exc_type, _watchdog_message(message), thread, rank, line_index=index)
+    return Crash(kind, exc_type, _trim(message), thread, rank, line_index=index)
 
 
 def _child_failed(texts: Sequence[str], index: int, rank: int | None = None, code: int | None = None) -> Crash:
@@ -160,9 +208,7 @@ class _Traceback:
         else:
             i = len(self.excs) - 1
         exc_type, message = self.excs[i]
-        kind = kinds[i]
-        rank = _rank_in(message, self.rank) if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR) else self.rank
-        return Crash(kind, exc_type, _trim(message), self.thread, rank, line_index=self.start)
+        return exception_crash(exc_type, message, self.rank, self.start, self.thread)
 
 
 def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str]) -> Crash | None:
@@ -197,6 +243,10 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         sig = {"Hangup": "SIGHUP", "Terminated": "SIGTERM", "Interrupt": "SIGINT", "Quit": "SIGQUIT"}.get(name)
         return Crash(kind, None, f"{name}{f' ({sig})' if sig else ''} — the shell's report of the job's end",
                      rank=rank, signal_hint=_SIGNALS[9] if kind is Kind.KILLED else None, line_index=i)
+    if m := _INTERRUPTS.search(text):
+        return Crash(Kind.INTERRUPTED, None, _trim(m[0]), rank=rank, line_index=i)
+    if _WORKER_BUS.search(text):
+        return Crash(Kind.FATAL, None, "DataLoader worker bus error", rank=rank, signal_hint=_SIGNALS[7], line_index=i)
     if m := _KILLED.search(text):
         return Crash(Kind.KILLED, None, _trim(m[0]), rank=rank, signal_hint=_SIGNALS[9], line_index=i)
     if m := _SEGFAULT.search(text):
@@ -207,7 +257,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         groups = [g for g in m.groups() if g]
         name = next((g for g in groups if g.startswith("SIG")), None)
         if name is None and groups and groups[0].isdigit():
-            name = _SIGNAL_NUMBERS.get(int(groups[0]), f"signal {groups[0]}")
+            name = SIGNAL_NAMES.get(int(groups[0]), f"signal {groups[0]}")
         return Crash(Kind.SIGNAL, None, f"the launcher received {name or 'a death signal'} and stopped its workers",
                      rank=rank, line_index=i)
     if m := _AGENT.search(text):
@@ -272,8 +322,8 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
             if text.startswith(_CHAIN):
                 mode, since = "chain", 0
             mode = "idle" if since > 40 else mode
-        if not text[:1].strip():
-            continue  # indented: frames, message continuations, torchrun's report fields
+        if not text[:1].strip() and not _AGENT.search(text):
+            continue  # indented: frames, message continuations, torchrun's report fields (rich logging indents the agent's line)
         if m := _THREAD.match(text):
             threads.append((m[1], pos))
             mode = "idle" if not open_tbs else mode
@@ -289,7 +339,7 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
             if exc[0].endswith("ChildFailedError"):
                 crashes.append(_child_failed(texts[pos + 1: pos + 80], i))
             else:
-                crashes.append(Crash(_exc_kind(*exc), exc[0], _trim(exc[1]), rank=rank, line_index=i))
+                crashes.append(exception_crash(exc[0], exc[1], rank, i))
             mode, since = "after", 0
     return crashes + [t.crash() for t in tbs if not t.ignored]
 
@@ -301,7 +351,8 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
 _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdog got stuck", "srun: error", "terminate called", "kill", "segmentation fault",
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
-                "illegal instruction", "assertion", "cancelled", "keyboardinterrupt")
+                "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
+                "training early")
 
 
 def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:

@@ -21,6 +21,7 @@ class Mark(str, enum.Enum):
     LOADING = "loading"
     PREPARING = "preparing"
     TRAINING = "training"  # "***** Running training *****": the loop is about to start
+    RESTARTING = "restarting"  # a launcher restarts its workers after a failure (torch elastic's agent)
     ENDED = "ended"  # a normal end, in the trainer's or the launcher's own words
 
 
@@ -32,19 +33,27 @@ class Marker:
     step: int | None = None  # "saving checkpoint at iteration 1000": 1000
 
 
-# Normal ends, as the common trainers and launchers print them. A launcher's word counts for its
-# ranks: DeepSpeed's `Process N exits successfully` follows every rank's own exit.
-_ENDS = re.compile(
-    r"(?i)exits successfully|exits? with return code = 0\b"
-    r"|\[after training is done\]|exiting program (?:after|at)\b"  # Megatron (time-budget and iteration exits)
-    r"|`?Trainer\.fit`? stopped: `?(?:max_epochs|max_steps|max_time)"  # Lightning
-    r"|['\"]train_runtime['\"]\s*:|\*{3,} train metrics \*{3,}"  # HF Trainer's final metrics
-    r"|\btraining (?:is )?(?:done|complete|completed|finished)\b|\bfinished training\b|\bdone training\b"
-    r"|\btraining of experiment is done\b|\bend (?:of )?training\b|\btraining wall time\b|\btotal training time\b"
-    r"|\bepochs? completed in\b|\boverall training speed\b|\ball done\b|^done\.?$"
-    r"|\bexit status:?\s*0\b|\bfinal (?:model|checkpoint) saved\b|\bsaving final (?:model|checkpoint)"
-    r"|\bterminating training\b|\bearly stopping\b|\bstopping training\b"  # callbacks that end a run on purpose
+# Normal ends, in the trainer's or the launcher's own words: the one table of end words, with where each comes
+# from. A launcher's word counts for its ranks: DeepSpeed's `Process N exits successfully` follows every rank's
+# own exit. (An interrupt handler's summary is no end: crashes._INTERRUPTS reads those, and they win.)
+END_WORDS = (
+    (r"exits successfully|exits? with return code = 0\b", "DeepSpeed's launcher: `Process 29248 exits successfully.`"),
+    (r"\[after training is done\]|exiting program (?:after|at)\b", "Megatron: its time-budget and iteration exits"),
+    (r"`?Trainer\.fit`? stopped: `?(?:max_epochs|max_steps|max_time)", "PyTorch Lightning: `Trainer.fit` stopped: `max_epochs=4` reached."),
+    (r"['\"]train_runtime['\"]\s*:|\*{3,} train metrics \*{3,}", "HF Trainer's final metrics (dict, or LlamaFactory's table)"),
+    (r"\btraining (?:is )?(?:done|complete|completed|finished)\b|\bfinished training\b|\bdone training\b",
+     "HF Trainer's `Training completed.`, autotrain's `Finished training, saving model...`, many scripts"),
+    (r"\btraining of experiment is done\b", "YOLOX: `Training of experiment is done and the best AP is …`"),
+    (r"\bend (?:of )?training\b", "PyTorch examples' word_language_model, Transformer-XL: `| End of training | test loss …`"),
+    (r"\btraining wall time\b|\btotal training time\b|\boverall training speed\b",
+     "detectron2's `Total training time` / `Overall training speed`, llama ports' `training wall time`"),
+    (r"\bepochs? completed in\b", "YOLOv5/v7/v8: `300 epochs completed in 2.874 hours.`"),
+    (r"\ball done\b|^done\.?$|\bfinal (?:model|checkpoint) saved\b|\bsaving final (?:model|checkpoint)", "custom scripts' last words"),
+    (r"\bexit status:?\s*0\b", "PBS: `Job execution was successful. Exit Status 0.`"),
+    (r"\bterminating training\b", "Keras TerminateOnNaN: `Batch 3: Invalid loss, terminating training`"),
+    (r"\bearly stopping\b|\bstopping training\b", "Keras EarlyStopping: `Epoch 8: early stopping`; YOLOv5's `Stopping training early`"),
 )
+_ENDS = re.compile("(?i)" + "|".join(f"(?:{pattern})" for pattern, _ in END_WORDS))
 _TRAIN_RUNTIME = re.compile(r"""['"]train_runtime['"]\s*:\s*['"]?([\d.]+)""")
 _TRAIN_LOSS = re.compile(r"""['"]train_loss['"]\s*:\s*['"]?([\d.]+(?:e-?\d+)?)""")
 _DS_EXITS = re.compile(r"Process \d+ exits successfully")
@@ -114,6 +123,8 @@ _LOAD = re.compile(r"(?i)^loading (?:checkpoint|model|weights|pretrained|state)|
                    r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b")
 _PREPARE = re.compile(r"(?i)\bbuilding (?:GPT |train|the |\w+ )?(?:datasets?|indices|index|vocab)|> building\b|"
                       r"\b(?:tokeniz|preprocess)ing\b|\bloading (?:the )?(?:dataset|data)\b|\bprepar(?:e|ing) (?:the )?data")
+# torch.distributed.elastic's agent: `[default] Worker group FAILED. 3/3 attempts left; will restart worker group`.
+_RESTART = re.compile(r"(?i)\bwill restart worker group\b")
 _TRAIN = re.compile(r"(?i)\*+[ \t]*Running training[ \t]*\*+|\bStarting training\b|\bstart(?:ing)? training\b|\bbegin training\b")
 # Lines that mention these words without announcing anything: traceback frames, code, exceptions.
 _INDENTED = re.compile(r"(?:[ \t]{4}|\t)[ \t]*\S")  # a traceback's source lines, code
@@ -122,15 +133,16 @@ _NOT_ANNOUNCEMENT = re.compile(r'^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exceptio
 # Where an announcement stands, most telling first: "epoch 0, global step 1000" is at step 1000.
 _STEPS = tuple(re.compile(p, re.I) for p in (r"checkpoint[-_](\d+)", r"global[_ ]?step[ _=:]*(\d+)", r"iteration[ \t]+(\d+)",
                                                r"\bstep[ _=:-]*(\d+)", r"\biter_0*(\d+)", r"\bepoch[ _=:-]*(\d+)"))
-_WORDS = ("exit", "train", "done", "complet", "finish", "stopped", "sav", "checkpoint", "writing", "evaluat", "validat",
+# Every announcement and every END_WORDS entry holds one of these (tests/test_causes_and_ends.py checks it on real lines).
+_WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoint", "writing", "evaluat", "validat",
           "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
           "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
-          "exit status", "download", "resum", "average forward")
+          "exit status", "download", "resum", "average forward", "restart")
 
 
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save
 # names a checkpoint that loading would claim, an evaluation's results before the evaluation.
-_KINDS = ((Mark.SAVED, _SAVED), (Mark.SAVING, _SAVE), (Mark.EVALUATED, _EVALUATED), (Mark.EVALUATING, _EVAL),
+_KINDS = ((Mark.RESTARTING, _RESTART), (Mark.SAVED, _SAVED), (Mark.SAVING, _SAVE), (Mark.EVALUATED, _EVALUATED), (Mark.EVALUATING, _EVAL),
           (Mark.TRAINING, _TRAIN), (Mark.COMPILING, _COMPILE), (Mark.LOADING, _LOAD), (Mark.PREPARING, _PREPARE))
 
 

@@ -78,6 +78,8 @@ class Worry(str, enum.Enum):
     LOSS_SPIKE = "loss_spike"
     THREAD_DIED = "thread_died"  # subject: the thread
     HUNG_ON_EXIT = "hung_on_exit"
+    RESTARTING = "restarting"  # a launcher restarts the workers after a failure
+    LOSS_SCALE = "loss_scale"  # fp16 overflow on every step: the loss scale at its floor, nothing learns
     SILENT = "silent"
     UNREACHABLE = "unreachable"
     UNREADABLE = "unreadable"
@@ -88,6 +90,7 @@ class Worry(str, enum.Enum):
 
 
 SEVERITY = {Worry.GPU_IDLE: 1, Worry.LOG_REPLACED: 1, Worry.SLOW: 1, Worry.LOSS_SPIKE: 2, Worry.NAN_LOSS: 2, Worry.THREAD_DIED: 2, Worry.HUNG_ON_EXIT: 2,
+            Worry.RESTARTING: 2, Worry.LOSS_SCALE: 2,
             Worry.SILENT: 3, Worry.UNREACHABLE: 3, Worry.UNREADABLE: 4, Worry.NO_LOG: 4, Worry.STOPPED: 4,
             Worry.CRASHED: 5, Worry.HELD: 0}
 
@@ -129,6 +132,7 @@ class Finding(str, enum.Enum):
     NO_FILE_PROGRESS = "no_file_progress"  # Lightning's rich bar: nothing reaches a file while it trains
     SLOW = "slow"  # throughput well below the run's own baseline
     LOSS_SPIKE = "loss_spike"
+    LOSS_SCALE = "loss_scale"  # fp16: every step overflows at the loss scale's floor, so no step is taken
 
 
 class Said(str, enum.Enum):

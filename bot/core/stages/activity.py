@@ -17,7 +17,8 @@ from bot.core.verdict import Phase
 _BAR_PHASES = {Role.LOADING: Phase.LOADING, Role.PREPARING: Phase.PREPARING, Role.EVALUATING: Phase.EVALUATING,
                Role.SAVING: Phase.SAVING, Role.OTHER: Phase.BUSY, Role.TRAINING: Phase.TRAINING}
 _MARK_PHASES = {Mark.SAVING: Phase.SAVING, Mark.EVALUATING: Phase.EVALUATING, Mark.COMPILING: Phase.COMPILING,
-                Mark.LOADING: Phase.LOADING, Mark.PREPARING: Phase.PREPARING, Mark.TRAINING: Phase.STARTING}
+                Mark.LOADING: Phase.LOADING, Mark.PREPARING: Phase.PREPARING, Mark.TRAINING: Phase.STARTING,
+                Mark.RESTARTING: Phase.STARTING}
 _CLOSES = {Mark.SAVING: Mark.SAVED, Mark.EVALUATING: Mark.EVALUATED}
 # Crashes that are the launcher tearing the others down, not a failure of their own.
 _TEARDOWN = re.compile(r"(?i)SIGTERM|closing signal|death signal|terminat")
@@ -38,6 +39,7 @@ class Doing:
     crash: Crash | None = None  # the fatal error after the last progress
     ended: Marker | None = None  # a normal end after the last progress
     thread_crash: Crash | None = None  # a thread that died (the run may go on)
+    restarted_after: Crash | None = None  # the error a relaunch followed (the launcher restarts its workers)
     reached_total: bool = False  # the loop's counter reached its total
     no_file_progress: bool = False  # Lightning's rich bar: it trains, but nothing reaches the file
 
@@ -46,22 +48,39 @@ def _position(step: Step | None) -> int:
     return step.index if step is not None else -(1 << 30)
 
 
-def _fatal(ev: Evidence, after: int) -> Crash | None:
-    """The error that ended the run, not the launcher's echo of it.
+# Fatal texts that can be glued after a progress bar's last frame (stderr written onto stdout's open line):
+# on the progress line itself only these count, never the line's own words.
+_GLUED = frozenset({Kind.SEGFAULT, Kind.KILLED, Kind.ASSERT, Kind.SIGNAL, Kind.FATAL, Kind.NCCL_TIMEOUT, Kind.HANG})
+# A rank's NCCL error that only says the watchdog tore its communicator down: the consequence of a timeout.
+_ABORTED = re.compile(r"(?i)communicator was aborted|watchdog thread terminated|taking the entire process down")
 
-    The workers' own errors come before the launcher's report (its ChildFailedError or exit code
-    only repeats a child's error when that error is in the log), and the others' SIGTERM is the
-    launcher's teardown. With several ranks failing, the first in the log failed first; one process
-    failing again and again (a retry loop), its last error is the one that ended it."""
-    fatal = [c for c in ev.crashes if not c.in_thread and c.line_index >= after]
+
+def _fatal(ev: Evidence, after: int) -> Crash | None:
+    """The error that ended the run, named by its cause, not by the launcher's echo of it.
+
+    The workers' own errors come before the launcher's report (its ChildFailedError, CalledProcessError or
+    exit code only repeats a child's error when that error is in the log), and the others' SIGTERM is the
+    launcher's teardown. A traceback cut before its exception line names nothing: any other report says
+    more. A collective's timeout is the cause of the other ranks' aborted communicators. With several ranks
+    failing, the first in the log failed first; one process failing again and again (a retry loop), its
+    last error is the one that ended it."""
+    fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and c.kind in _GLUED))]
     if not fatal:
         return None
-    own = [c for c in fatal if c.kind not in ("child_failed", "signal") and not _TEARDOWN.search(f"{c.exc_type or ''} {c.message}")]
+    named = [c for c in fatal if not _unnamed(c)] or fatal
+    own = [c for c in named if c.kind not in ("child_failed", "signal") and not _TEARDOWN.search(f"{c.exc_type or ''} {c.message}")]
     if not own:
-        reports = [c for c in fatal if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
-        return reports[0] if reports else fatal[-1]
+        reports = [c for c in named if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
+        return reports[0] if reports else named[-1]
+    if any(c.kind is Kind.NCCL_TIMEOUT for c in own):
+        own = [c for c in own if not (c.kind is Kind.NCCL_ERROR and _ABORTED.search(c.message))]
     ranks = {c.rank for c in own}
     return own[0] if len(ranks) > 1 else own[-1]
+
+
+def _unnamed(c: Crash) -> bool:
+    """A traceback the log cut before its exception line: it says something failed, not what."""
+    return c.kind is Kind.TRACEBACK and not c.exc_type and not c.message
 
 
 def _restarted(ev: Evidence, crash: Crash) -> bool:
@@ -69,6 +88,8 @@ def _restarted(ev: Evidence, crash: Crash) -> bool:
     printed again (a relaunch repeats its first lines; a dying process's last words and the launcher's
     teardown do not look like the run's start)."""
     later = crash.line_index + 3
+    if any(m.index > crash.line_index and m.kind is Mark.RESTARTING for m in ev.markers):
+        return True  # the launcher says so
     if (any(m.index > later and m.kind in (Mark.LOADING, Mark.PREPARING, Mark.TRAINING, Mark.COMPILING) for m in ev.markers)
             or any(b.index > later and b.bar.role in (Role.LOADING, Role.PREPARING) for b in ev.bars)):
         return True
@@ -152,17 +173,16 @@ def activity(ev: Evidence) -> Doing:
     threads = [c for c in ev.crashes if c.in_thread]
     thread_crash = threads[-1] if threads else None
     crash = _fatal(ev, at)
-    if crash is not None and crash.line_index == at and crash.kind not in ("segfault", "killed", "assert", "signal"):
-        crash = None  # on the progress line itself only a glued fatal text counts (`…| 11/56 [..]Segmentation fault`)
+    restarted_after = None
     if crash is not None and _restarted(ev, crash):
-        crash = None
+        crash, restarted_after = None, crash
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
     # last move, not after its last redraw.
     # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
     moved = _last_move(ev.steps)
     ends = [m for m in ev.markers if m.kind is Mark.ENDED and (
         m.index >= moved or (m.index == moved - 1 and sum(s.index > m.index for s in ev.steps) == 1))]
-    base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step)}
+    base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step), "restarted_after": restarted_after}
     if crash is not None:
         return Doing(Phase.CRASHED, crash=crash, **base)
     # An evaluation bar at its total is an evaluation done: the loop goes on (YOLO's per-epoch validation).

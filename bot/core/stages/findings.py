@@ -1,14 +1,16 @@
-"""Pure: what is worth saying beside the phase — a loss gone NaN, a dead thread, an idle GPU role, a log
-replaced under its writer, a rank spinning in a collective — as typed findings."""
+"""Pure: what is worth saying beside the phase — a loss gone NaN, fp16 overflowing on every step, a dead thread,
+an idle GPU role, a log replaced under its writer, a rank spinning in a collective — as typed findings."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from bot.core.evidence import Evidence
 from bot.core.facts import Crash, Step
 from bot.core.gpus import GpuReport, format_indices
+from bot.core.grammar import fields
 from bot.core.verdict import Finding, Found
 
 
@@ -29,6 +31,37 @@ def nan_loss(steps: Sequence[Step]) -> Found | None:
     since = steps[first].step if first > 0 or len(steps) == 1 else None  # the run of NaN may start before the kept lines
     unit = "batch" if last.counter == "batch" else "iteration" if last.counter in ("iteration", "iters") else "step"
     return Found(Finding.NAN_LOSS, what, since, good.loss if good else None, good.step if good else None, unit)
+
+
+# fp16's dynamic loss scaler reports each step it skips for an overflow. One table; where each comes from:
+_OVERFLOW = re.compile(
+    r"(?i)Gradient overflow\.\s+Skipping step"  # apex amp, fairseq, Megatron: `… loss scaler 0 reducing loss scale to 1e-05`
+    r"|OVERFLOW! Rank \d+ Skipping step"  # DeepSpeed: `[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1`
+)
+# The field that holds the scale now: the scaler's new value, or a step line's `loss scale: 1.0` / `'loss_scale': 0.0`.
+_SCALE_KEY = re.compile(r"(?:loss[ _]scale|reducing(?: loss scale)? to)$")
+# The scaler's floor (DeepSpeed's default min_loss_scale; apex goes on below it): overflowing there, every step
+# is skipped and nothing learns. Falling from 2**32 during the first steps is the scaler's normal search.
+SCALE_FLOOR = 1.0
+
+
+def loss_scale(lines: Sequence[str], steps: Sequence[Step]) -> Found | None:
+    """fp16 overflowing on every step: the scaler still reports overflows since the step before the last and
+    its scale is down at its floor (or at 0, which never trains) — the counter ticks, no step is taken."""
+    since = steps[-2].index if len(steps) > 1 and steps[-2].index >= 0 else 0
+    scale, overflowing = None, False
+    for i in range(max(0, len(lines) - 200), len(lines)):
+        text = lines[i]
+        if "scale" not in text.lower():
+            continue
+        if _OVERFLOW.search(text):
+            overflowing = overflowing or i >= since
+        found = [f.value for f in fields(text) if _SCALE_KEY.search(f.key)]
+        scale = found[-1] if found else scale
+    if scale is None or not (scale == 0 or (overflowing and scale <= SCALE_FLOOR)):
+        return None
+    last = steps[-1] if steps else None
+    return Found(Finding.LOSS_SCALE, "fp16", last.step if last else None, value=scale)
 
 
 def thread_died(crash: Crash | None) -> Found | None:

@@ -16,7 +16,7 @@ from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
 from bot.core.markers import words as announced
 from bot.core.stages.activity import Doing, last_result, logged_error, results_after
-from bot.core.stages.freshness import Freshness
+from bot.core.stages.freshness import Freshness, allowed_before_first_step, standing
 from bot.core.stages.pace import phase_threshold
 from bot.core.stages.schedule import at_schedule_end
 from bot.core.stages.liveness import Life, Liveness, main_writer
@@ -106,6 +106,9 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
     if doing.marker is not None:
         what = {Phase.SAVING: "saving checkpoint", Phase.EVALUATING: "evaluating", Phase.COMPILING: "compiling",
                 Phase.LOADING: "loading", Phase.PREPARING: "preparing data", Phase.STARTING: "starting training"}[doing.phase]
+        if doing.marker.kind is Mark.RESTARTING:
+            after = f" after {words.crash(doing.restarted_after, 60)}" if doing.restarted_after is not None else ""
+            return f"restarting{after} — {announced(doing.marker, 80)}{_so_far(ev, doing.marker.index)}"
         if doing.phase is Phase.LOADING:
             what = f"{lead}{announced(doing.marker)}"
         elif doing.phase is Phase.PREPARING:
@@ -143,11 +146,15 @@ def _epochs_to_go(step: Step) -> bool:
 
 
 # Findings that make a verdict a warning and are said in its line.
-_WARNS = frozenset({Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.SLOW, Finding.LOSS_SPIKE})
+_WARNS = frozenset({Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.SLOW, Finding.LOSS_SPIKE, Finding.LOSS_SCALE})
+# Before the first step, these may be silent only while their work moves (freshness.allowed_before_first_step);
+# a compiler prints nothing until it is done, so compiling keeps the loading grace.
+_BEFORE_FIRST_STEP = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.BUSY})
 
 
 def _concern(found: Found) -> Concern | None:
     return {Finding.NAN_LOSS: Concern(Worry.NAN_LOSS), Finding.THREAD_DIED: Concern(Worry.THREAD_DIED, found.detail),
+            Finding.LOSS_SCALE: Concern(Worry.LOSS_SCALE),
             Finding.SLOW: Concern(Worry.SLOW), Finding.LOSS_SPIKE: Concern(Worry.LOSS_SPIKE),
             Finding.IDLE_ROLE: Concern(Worry.GPU_IDLE, found.detail),
             Finding.LOG_REPLACED: Concern(Worry.LOG_REPLACED, found.detail)}.get(found.what)
@@ -159,7 +166,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     """`trends` and `told`: what the run's memory says (its ETA, a throughput drop, a loss spike)."""
     step = steps[-1] if steps else None
     writer = life.writer or main_writer(ev.writers)
-    found: list[Found] = [f for f in (fd.nan_loss(steps), fd.thread_died(doing.thread_crash), fd.replaced(ev)) if f]
+    found: list[Found] = [f for f in (fd.nan_loss(steps), fd.loss_scale(ev.lines, steps), fd.thread_died(doing.thread_crash),
+                                      fd.replaced(ev)) if f]
     found += list(told)
     base = _base(ev, run, gpu, step=step, recent=tuple(steps), trend=trends, writer=writer, progress_age=fresh.age, progress_since=fresh.since,
                  crash=doing.crash, thread_crash=doing.thread_crash)
@@ -198,7 +206,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     if doing.phase is Phase.CRASHED:
         ending = "process gone" if not life.alive else (
             f"process {writer.pid} still alive (hung after the error?)" if writer else "process still alive?")
-        return verdict(Phase.CRASHED, Level.CRIT, f"crashed — {words.crash(doing.crash)} {_at(step)}; {ending}",
+        return verdict(Phase.CRASHED, Level.CRIT, f"{words.ended_by(doing.crash)} — {words.crash(doing.crash)} {_at(step)}; {ending}",
                        [Concern(Worry.CRASHED)], said={Said.CRASH} | at_said)
 
     finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or (
@@ -263,6 +271,11 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
     threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
     age = fresh.age if phase is Phase.TRAINING and not doing.no_file_progress else ev.silent_for
+    if step is None and phase in _BEFORE_FIRST_STEP:
+        # The grace is for loading that moves: a frozen log before the first step is a hang within silence_after.
+        bar = doing.bar.bar if doing.bar is not None else None
+        threshold = allowed_before_first_step(bar, training_threshold, run.loading_grace)
+        age = standing(ev, bar)
     describe = _phase_words(ev, doing, step, fresh.age, previous, writer, trends)
 
     if age is not None and age > threshold:
@@ -288,6 +301,10 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
                        f"training, but thread {doing.thread_crash.thread} died: {words.crash(doing.thread_crash, 70)} — {describe}",
                        threshold=threshold, said={Said.THREAD_CRASH} | progress_said())
     level = Level.OK if phase is Phase.TRAINING and not doing.no_file_progress else Level.NOTE
+    if doing.marker is not None and doing.marker.kind is Mark.RESTARTING:
+        # A relaunch after a failure: the failure will likely come back; someone should know.
+        return verdict(phase, Level.WARN, with_findings(describe), [Concern(Worry.RESTARTING)], threshold=threshold,
+                       said=with_findings_said() | ({Said.CRASH} if doing.restarted_after else set()))
     if phase is Phase.TRAINING:
         idle = fd.idle_roles(gpu)
         found.extend(idle)

@@ -7,10 +7,9 @@ import re
 
 from bot.core import humanize as hz
 from bot.core.bars import Bar
+from bot.core.crashes import SIGNAL_NAMES
 from bot.core.facts import Crash, Kind, Step
 from bot.core.verdict import Finding, Found
-
-_SIGNAL_NAMES = {9: "SIGKILL", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 15: "SIGTERM", 2: "SIGINT", 1: "SIGHUP"}
 
 
 def _value(x: float | None) -> str:
@@ -70,7 +69,7 @@ def signal(code: int | None) -> str | None:
     if code is None:
         return None
     number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
-    return _SIGNAL_NAMES.get(number)
+    return SIGNAL_NAMES.get(number)
 
 
 # What a crash is, in words, where the log gave no exception or message of its own.
@@ -81,22 +80,34 @@ _KIND_WORDS = {Kind.TRACEBACK: "a Python exception", Kind.OOM: "out of memory", 
                Kind.HANG: "the run reported itself stuck", Kind.LOGGED: "an error was logged"}
 
 
+def ended_by(c: Crash) -> str:
+    """The headline's first word for a run a crash ended: someone's Ctrl-C or an interrupt handler is no error of the run's."""
+    return "interrupted" if c.kind is Kind.INTERRUPTED or "SIGINT" in c.message else "crashed"
+
+
 def crash(c: Crash, limit: int = 90) -> str:
-    """What failed, in words: "torch.OutOfMemoryError: CUDA out of memory. …", "rank 1 exited with code 1"."""
+    """What failed, in words, its cause first: "torch.OutOfMemoryError: CUDA out of memory. …", "rank 1 killed by
+    SIGKILL (often the kernel's OOM killer), exit code -9", "rank 0: NCCL collective timeout: ALLREDUCE … ran for …"."""
     if c.kind is Kind.CHILD_FAILED:
-        who = f"rank {c.rank}" if c.rank is not None else "a worker"
+        who = f"rank {c.rank}" if c.rank is not None else c.message or "a worker"
         sig = signal(c.exit_code)
+        if sig and c.signal_hint:  # a signal ended the worker: that, and what usually sends it, is the cause
+            code = "return code" if c.exc_type == "launcher" else "exit code"
+            return hz.trim(f"{who} killed by {c.signal_hint}, {code} {c.exit_code}", limit)
+        if c.exc_type and c.exc_type.endswith("CalledProcessError"):
+            return hz.trim(f"{who} exited with status {c.exit_code} (the launcher's CalledProcessError)", limit)
         if c.exc_type == "launcher":  # DeepSpeed's and others' `exits with return code = 1`
             return hz.trim(f"{who} exited with return code {c.exit_code}" + (f" ({sig})" if sig else ""), limit)
         code = f"exit code {c.exit_code}" + (f", {sig}" if sig else "")
-        hint = f" — {c.signal_hint}" if c.signal_hint and sig in ("SIGKILL", "SIGBUS") else ""
-        return hz.trim(f"ChildFailedError: {who} failed ({code}){hint}" if c.exit_code is not None
+        return hz.trim(f"ChildFailedError: {who} failed ({code})" if c.exit_code is not None
                        else f"ChildFailedError: {who} failed", limit)
     who = f"rank {c.rank}: " if c.rank is not None else ""
-    if not c.exc_type:
+    if not c.exc_type or (c.kind is Kind.NCCL_TIMEOUT and c.message.startswith("NCCL collective timeout")):
+        # no exception of its own, or one whose type only says which layer tore down (DistBackendError): the message is the cause
         text = c.message or _KIND_WORDS[c.kind]
-        if c.kind is Kind.KILLED and c.signal_hint and "SIGKILL" not in text:
-            text += f" ({c.signal_hint})"
+        if c.signal_hint and "(" in c.signal_hint:  # the hint says what usually sends that signal
+            name = c.signal_hint.split(" ", 1)[0]
+            text = text.replace(name, c.signal_hint, 1) if name in text else f"{text} — {c.signal_hint}"
         return hz.trim(who + text, limit)
     head = c.exc_type
     text = f"{who}{head}: {first_sentences(c.message, limit - len(head) - len(who))}" if c.message else f"{who}{head}"
@@ -124,6 +135,8 @@ def finding(f: Found) -> str:
         return f"slow: {hz.count(f.before or 0)} → {hz.count(f.value or 0)} {f.detail}{change}{lasted}"
     if f.what is Finding.LOSS_SPIKE:
         return f"loss spiking: {_value(f.value)} against {_value(f.before)} before" + (f" (step {f.step})" if f.step is not None else "")
+    if f.what is Finding.LOSS_SCALE:
+        return f"fp16 overflow on every step: loss scale {hz.number(f.value or 0)}, steps skipped (nothing learns)"
     if f.what is Finding.THREAD_DIED:
         return f"thread {f.detail} died"
     if f.what is Finding.IDLE_ROLE:
