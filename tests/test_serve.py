@@ -328,6 +328,7 @@ def _settings(slack, port: int | None = None) -> Settings:
     ("newer", "written by a newer runbot"),
     ("foreign", "not a runbot state file"),
     ("nofolder", "does its folder exist"),
+    ("dropped", "not a runbot state file this runbot can write (table watches lacks user)"),  # every write would fail
 ])
 async def test_a_bad_state_file_is_one_line_and_exit_2_before_slack_is_asked(tmp_path, slack, capsys, content, says):
     import sqlite3
@@ -335,6 +336,11 @@ async def test_a_bad_state_file_is_one_line_and_exit_2_before_slack_is_asked(tmp
     state = tmp_path / "state.sqlite3"
     if content == "nofolder":
         state = tmp_path / "gone" / "state.sqlite3"
+    elif content == "dropped":
+        StateFile.open(state).close()
+        db = sqlite3.connect(state)
+        db.execute("ALTER TABLE watches DROP COLUMN user")
+        db.close()
     else:
         db = sqlite3.connect(state)
         db.execute("CREATE TABLE notes (x)" if content == "foreign" else "PRAGMA user_version = 99")

@@ -88,9 +88,11 @@ async def serve_async(
         for hook in STARTUP_HOOKS:
             await _call(hook, "on_start", services)
             started.append(hook)
+        store = services.store
         log.info("ready", extra={"runbot": {"event": "ready", "mode": "socket" if settings.socket_mode else "http",
                                             "port": None if settings.socket_mode else settings.port,
-                                            "runs": len(registry.runs)}})
+                                            "runs": len(registry.runs),
+                                            "unreadable_rows": dict(store.unreadable)}})  # rows of the state file
         await stop.wait()
         log.info("stopping", extra={"runbot": {"event": "stopping", "in_flight": len(services.pending)}})
         return EXIT_OK

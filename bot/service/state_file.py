@@ -14,7 +14,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -54,7 +55,8 @@ class StateFile:
         self.deadline = deadline
         self.on_note = on_note or (lambda text: None)
         self.fault: str | None = None  # what is wrong with the disk right now (None: the file is current)
-        self.notes: list[str] = []  # said at start (a corrupt file moved aside), for the watchdog to post
+        self._notes: list[str] = []  # said at start (a corrupt file moved aside), for the watchdog to post
+        self.unreadable: Counter[str] = Counter()  # rows per table that could not be read at start, and were skipped
         self._store = store
         self._identity = _identity(self.path)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runbot-state")
@@ -107,8 +109,44 @@ class StateFile:
             store.close()
             raise StateFileError(f"{path}: cannot be written: {exc}") from None
         state_file = cls(path, store, ledger, **kw)
-        state_file.notes = notes
+        state_file._notes = notes
+        state_file._count(store)
         return state_file
+
+    @property
+    def notes(self) -> list[str]:
+        """What the watchdog says once at start: a corrupt file moved aside, rows it cannot read."""
+        if not self.unreadable:
+            return list(self._notes)
+        return [*self._notes, f"runbot's state file {self.path} holds {unreadable_words(self.unreadable)} it cannot read "
+                              "(values runbot never writes: edited by hand, or by another program?); they were skipped "
+                              "and the rest loaded. An incident among them may be posted again"]
+
+    def memory(self, since: float, runs: Iterable[str] | None = None) -> tuple[dict[str, list[Point]], dict[str, Tally]]:
+        """Each run's points since `since` and each run's tally, read at start (nothing else uses the file yet);
+        `runs`: forget the runs no longer configured first. Empty when the file cannot be read."""
+        store = self._store
+        if store is None:
+            return {}, {}
+        if runs is not None and self.fault is None:
+            try:
+                store.forget(runs)  # a run renamed in the config starts afresh: no stale memory under the old name
+            except sqlite3.Error as exc:  # a write: the disk may refuse it, which the next flush will say
+                log.warning("state file %s: could not forget the runs no longer configured: %s", self.path, exc)
+        try:
+            return store.recent(since), store.tallies()
+        except (sqlite3.Error, OSError) as exc:
+            log.error("state file %s: the runs' memory cannot be read (%s); it starts empty", self.path, exc)
+            return {}, {}
+        finally:
+            self._count(store)
+
+    def _count(self, store: Store) -> None:
+        """Take the rows the store could not read into `unreadable`, saying them in the log."""
+        new, store.skipped = +store.skipped, Counter()
+        if new:
+            self.unreadable.update(new)
+            log.warning("state file %s: skipped %s it could not read", self.path, unreadable_words(new))
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -166,13 +204,10 @@ class StateFile:
             self._requeue(points, tallies)
             self._fail(f"a write to {self.path} took longer than {self.deadline:g} s")
             return False
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:  # Overflow: a number past SQLite's integers
             self._requeue(points, tallies)
-            self._fail(f"{self.path}: {exc}", corrupt=not isinstance(exc, sqlite3.OperationalError))
-            return False
-        except (sqlite3.Error, OSError, ValueError) as exc:
-            self._requeue(points, tallies)
-            self._fail(f"{self.path}: {exc}")
+            self._fail(f"{self.path}: {exc}", corrupt=isinstance(exc, sqlite3.DatabaseError)
+                       and not isinstance(exc, sqlite3.OperationalError))
             return False
         self._recovered()
         return True
@@ -253,6 +288,15 @@ class StateFile:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._store is not None and (self._busy is None or self._busy.done()):
             self._store.close()
+
+
+def unreadable_words(counts: Counter[str]) -> str:
+    """ "3 rows (points 2, outbox 1)": rows skipped, by table."""
+    return f"{_plural(sum(counts.values()), 'row')} ({', '.join(f'{table} {k}' for table, k in sorted(counts.items()))})"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _open_checked(path: Path) -> Store:
