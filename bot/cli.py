@@ -379,7 +379,7 @@ def _plot(args: argparse.Namespace, registry: Registry) -> int:
     """Draw a run's history from the state file the bot keeps; no probe runs."""
     import sqlite3  # noqa: PLC0415 - SQLite only for this command
 
-    from bot.service.store import Store, StoreError  # noqa: PLC0415
+    from bot.service.store import NotReadable, Store, StoreError  # noqa: PLC0415
 
     try:
         window = parse_duration(args.since, "--since")
@@ -394,7 +394,10 @@ def _plot(args: argparse.Namespace, registry: Registry) -> int:
                          "([bot] state_db says where)")
     now = time.time()
     try:
-        store = Store(path)
+        try:  # a read: it works on a file runbot cannot write (a read-only disk) as well
+            store = Store(path, read_only=True)
+        except NotReadable:  # an older runbot's file: upgraded first, as the bot would
+            store = Store(path)
         try:
             points = store.points(run.name, now - window)
             incidents = [i.opened_at for i in store.load().incidents.values() if i.run == run.name]

@@ -368,4 +368,4 @@ def check_everything_serves(tmp_path: Path, slack, state: Path, bad: Counter, mo
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "Traceback" not in err, err
     ready = next(json.loads(line) for line in err.splitlines() if '"event": "ready"' in line)
-    assert ready["unreadable_rows"] == dict(bad)
+    assert ready["unreadable_rows"] == dict(bad) and ready["state_fault"] is None

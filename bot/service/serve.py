@@ -92,7 +92,8 @@ async def serve_async(
         log.info("ready", extra={"runbot": {"event": "ready", "mode": "socket" if settings.socket_mode else "http",
                                             "port": None if settings.socket_mode else settings.port,
                                             "runs": len(registry.runs),
-                                            "unreadable_rows": dict(store.unreadable)}})  # rows of the state file
+                                            # the state file as it started: a fault (read-only…), rows it could not read
+                                            "state_fault": store.fault, "unreadable_rows": dict(store.unreadable)}})
         await stop.wait()
         log.info("stopping", extra={"runbot": {"event": "stopping", "in_flight": len(services.pending)}})
         return EXIT_OK

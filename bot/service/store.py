@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import sqlite3
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
@@ -100,6 +101,10 @@ class StoreError(RuntimeError):
     """The state file cannot be used (newer schema, not a runbot file, a table lacking a column runbot writes)."""
 
 
+class NotReadable(StoreError):
+    """A file opened read-only that this runbot cannot read as it is: empty, or an older schema (its upgrade is a write)."""
+
+
 @functools.cache
 def columns() -> dict[str, tuple[str, ...]]:
     """Each table's columns, in order, as the schema above declares them: writes name them, so a column
@@ -124,13 +129,21 @@ class Store:
     `skipped` counts the rows each table held that could not be read (bot.core.state_rows): they are left
     out of what is loaded, and left in the file (a later write of the same key replaces them)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = str(path)
         self.skipped: Counter[str] = Counter()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        if read_only:  # a file runbot cannot write: read what it holds, change nothing (not even its journal mode)
+            uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             self._db.row_factory = sqlite3.Row
             self._db.execute("PRAGMA busy_timeout=5000")
+            if read_only:
+                self._check_version(upgrade=False)
+                self._check_columns()
+                return
             # A rollback journal, not WAL: WAL's index is a memory-mapped -shm file, and a write into that
             # mapping on a full or immutable filesystem kills the whole bot with SIGBUS (seen in
             # tests/test_state_disk.py), where a journal write fails as an error the state file handles.
@@ -157,13 +170,17 @@ class Store:
             raise
         self._db.execute("COMMIT")
 
-    def _check_version(self) -> int:
+    def _check_version(self, *, upgrade: bool) -> int:
         """The file's schema version, refusing a newer runbot's file and someone else's database."""
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path}: written by a newer runbot (schema {version}, this one knows {SCHEMA_VERSION})")
         if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
             raise StoreError(f"{self.path}: not a runbot state file (it has tables but no schema version)")
+        if not upgrade and version < SCHEMA_VERSION:
+            raise NotReadable(f"{self.path}: an empty file" if version == 0 else
+                              f"{self.path}: an older runbot's file (schema {version}), which cannot be upgraded while "
+                              "it cannot be written")
         return version
 
     def _check_columns(self) -> None:
@@ -184,7 +201,7 @@ class Store:
 
     def _migrate(self) -> None:
         with self._tx() as db:
-            version = self._check_version()
+            version = self._check_version(upgrade=True)
             if version == 0:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
