@@ -12,6 +12,7 @@ import platform
 import sys
 import time
 import urllib.parse
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -26,7 +27,7 @@ from bot.probe.scheduler import Scheduler
 from bot.probe.targets import Targets
 from bot.service.history import History
 from bot.service.logs import PlainLines, to_stderr
-from bot.service.state_file import StateFile, StateFileError
+from bot.service.state_file import StateFile, StateFileError, unreadable_words
 from bot.core.redact import printable
 from bot.core.timeline import HISTORY_WINDOW_S, incidents_between, spans
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
@@ -445,20 +446,26 @@ def _window(text: str, flag: str) -> float:
     return window
 
 
-def _remembered(registry: Registry, run: Run, since: float) -> tuple[list, list]:
-    """The run's points and incidents since `since`, from the state file the bot keeps; no probe runs."""
+def _remembered(registry: Registry, run: Run, since: float) -> tuple[list, list, Counter[str]]:
+    """The run's points and incidents since `since`, and the rows of the state file it could not read (by
+    table), from the state file the bot keeps; no probe runs."""
     import sqlite3  # noqa: PLC0415 - SQLite only for the commands that read the memory
 
-    from bot.service.store import Store, StoreError  # noqa: PLC0415
+    from bot.service.store import NotReadable, Store, StoreError  # noqa: PLC0415
 
     path = Path(registry.bot.state_db)
     if not path.is_file():  # Store() would create an empty one
         raise UsageError(f"no state file at {path}: the watchdog writes it while `runbot serve` runs "
                          "([bot] state_db says where)")
     try:
-        store = Store(path)
+        try:  # a read: it works on a file runbot cannot write (a read-only disk) as well
+            store = Store(path, read_only=True)
+        except NotReadable:  # an older runbot's file: upgraded first, as the bot would
+            store = Store(path)
         try:
-            return store.points(run.name, since), [i for i in store.load().incidents.values() if i.run == run.name]
+            points = store.points(run.name, since)
+            incidents = [i for i in store.load().incidents.values() if i.run == run.name]
+            return points, incidents, store.skipped  # rows runbot never writes (bot.core.state_rows): left out, and said
         finally:
             store.close()
     except (StoreError, sqlite3.Error) as exc:
@@ -470,14 +477,15 @@ def _plot(args: argparse.Namespace, registry: Registry) -> int:
     window = _window(args.since, "--since")
     run = registry.resolve(args.run)
     now = time.time()
-    points, incidents = _remembered(registry, run, now - window)
+    points, incidents, skipped = _remembered(registry, run, now - window)
     png = render_chart.chart(run.name, points, metric=args.metric, now=now, window=window,
                              incidents=[i.opened_at for i in incidents])
     try:
         args.output.write_bytes(png)
     except OSError as exc:
         raise UsageError(f"-o {args.output}: {exc.strerror or exc}") from None
-    print(f"wrote {args.output} ({len(points)} points, since {format_duration(window)} ago)")
+    unread = f"; skipped {unreadable_words(skipped)} it could not read" if skipped else ""
+    print(f"wrote {args.output} ({len(points)} points, since {format_duration(window)} ago{unread})")
     return EXIT_OK
 
 
@@ -486,7 +494,9 @@ def _history(args: argparse.Namespace, registry: Registry) -> int:
     window = _window(args.since, "DURATION")
     run = registry.resolve(args.run)
     now = time.time()
-    points, incidents = _remembered(registry, run, now - window)
+    points, incidents, skipped = _remembered(registry, run, now - window)
+    if skipped:
+        print(f"runbot: {registry.bot.state_db}: skipped {unreadable_words(skipped)} it could not read", file=sys.stderr)
     folded, told = spans(points), incidents_between(incidents, run.name, now - window)
     if args.json:
         _print_json(render_machine.history(run.name, folded, told, now, window))

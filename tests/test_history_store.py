@@ -161,3 +161,17 @@ def test_non_finite_numbers_never_reach_the_file(tmp_path, bad):
     store.apply([], [("a", p)])
     [back] = store.points("a", 0)
     assert back.loss is None and back.rate is None and back.step == 1
+
+
+def test_a_step_past_any_counter_never_reaches_the_file(tmp_path):
+    # A log's "step=99999999999999999999" used to end every write of the state file in an OverflowError (SQLite's
+    # integers stop at 2**63): every run's points and the sweep's decisions went unwritten, with a traceback each time.
+    from bot.core.history import observe
+
+    huge = 10**20
+    s = Step(f"step={huge}", step=huge, total=huge + 1, loss=2.0)
+    [p] = observe(Verdict(run="a", phase=Phase.TRAINING, level=Level.OK, headline="", step=s, recent=(s,)), T0, None)
+    assert (p.step, p.total, p.loss) == (None, None, 2.0)
+    store = Store(tmp_path / "s.db")
+    store.apply([], [("a", p)])
+    assert store.points("a", 0) == [p]

@@ -27,7 +27,7 @@ from bot.service.store import Store
 from handlers import plot as plot_handler
 from handlers.commands import Usage
 from tests.slack_stub import SlackStub
-from tests.standins import REPO
+from tests.standins import REPO, immutable, mutable
 from tests.test_slack_app import Bot
 
 NOW = 1_800_000_000.0
@@ -303,6 +303,21 @@ def test_plot_on_a_file_that_is_not_a_state_file_exit_2(config, tmp_path):
     out = runbot("--config", str(config), "plot", "dflash", "-o", "x.png", cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "state.sqlite3" in out.stderr
+
+
+def test_plot_reads_a_state_file_it_cannot_write(config, tmp_path):
+    # A chart is a read: it used to exit 2 on a read-only file ("attempt to write a readonly database").
+    state = tmp_path / "state.sqlite3"
+    write_state(state, history(now=time.time(), hours=1, every=600))
+    if not immutable(state):
+        pytest.skip("chattr +i is not possible here (as root, permissions alone stop no write)")
+    try:
+        out = runbot("--config", str(config), "plot", "dflash", "-o", "ro.png", cwd=tmp_path)
+    finally:
+        mutable(state)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "wrote ro.png (7 points, since 6h ago)\n"
+    a_readable_png((tmp_path / "ro.png").read_bytes())
 
 
 # -- /run plot ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -17,7 +18,7 @@ from bot.service.store import Store
 from bot.probe.targets import Targets
 from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
-from tests.standins import fill, immutable, mutable, set_age, small_filesystem, writer_holding
+from tests.standins import fill, immutable, mutable, remount_read_only, set_age, small_filesystem, writer_holding
 from tests.test_watchdog import CONFIG, STEPS, FakeChat, stepping
 
 
@@ -217,3 +218,77 @@ async def test_a_steady_run_is_not_written_every_sweep(tmp_path, monkeypatch):
     assert writes[before:] == [[]] * 4
     await wd.stop()
     wd.state_file.close()
+
+
+@pytest.mark.parametrize("locked", ["file", "folder"])
+async def test_a_state_file_it_cannot_write_at_start_is_read_and_alerts_go_on_from_memory(tmp_path, locked):
+    # It used to refuse to start (exit 2) while a corrupt file started empty: no watchdog until someone mended the
+    # disk. A read-only file (or a folder where no journal can be made) is read as it is, and runbot starts from it.
+    state = tmp_path / "disk" / "state.sqlite3"
+    state.parent.mkdir()
+    first = FakeChat()
+    wd = make(tmp_path, state, first)
+    with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+        await wd.sweep()
+        set_age(tmp_path / "alpha.log", 60)
+        await wd.sweep()
+        await settle(wd)
+        [parent] = alerts(first)  # alpha: silent, its thread on disk
+        await wd.stop()
+        wd.state_file.close()
+        paths = [state] if locked == "file" else [state.parent]
+        if not immutable(*paths):
+            pytest.skip("chattr +i is not possible here (as root, permissions alone stop no write)")
+        try:
+            chat = FakeChat()
+            wd = make(tmp_path, state, chat)  # the restart, on a file it cannot write
+            await settle(wd)
+            assert not wd.state_file.healthy and wd.ledger.state("alpha").status.value == "open"
+            [said] = notes(chat)
+            assert said.startswith(f":warning: runbot's state file {state} cannot be written (") and \
+                "runbot started with what it could read (2 runs, 1 incident open) and keeps alerts in memory" in said
+            (tmp_path / "alpha.log").write_text(STEPS + "step=6 loss=2.0 tok/s=14100\n")
+            await wd.sweep()
+            await wd.sweep()
+            await settle(wd)
+            assert alerts(chat) == [] and "recovered" in " ".join(chat.thread(parent["ts"]))  # the same thread, from memory
+            assert len(notes(chat)) == 1 and not wd.state_file.healthy  # said once, however many sweeps
+        finally:
+            mutable(*paths)
+        await wd.sweep()  # the disk is writable again: the whole memory goes back to the file, and that is said
+        await settle(wd)
+    assert wd.state_file.healthy and "is written again" in notes(chat)[-1]
+    assert on_disk(state).incidents == wd.ledger.incidents and on_disk(state).states["alpha"].status.value == "resolved"
+    await wd.stop()
+    wd.state_file.close()
+
+
+async def test_a_corrupt_file_on_a_read_only_disk_starts_empty_and_is_moved_aside_once_it_can_be(tmp_path):
+    # Moving it aside (a rename) failed on the read-only disk: a traceback at start, no watchdog.
+    with small_filesystem(tmp_path / "disk") as disk:
+        if disk is None:
+            pytest.skip("needs root and mount for a tmpfs remounted read-only")
+        state = disk / "state.sqlite3"
+        state.write_bytes(b"this is not sqlite at all, " * 100)
+        assert remount_read_only(disk)
+        chat = FakeChat()
+        wd = make(tmp_path, state, chat)
+        await settle(wd)
+        [said] = notes(chat)
+        assert "cannot be written (file is not a database, and it cannot be moved aside: Read-only file system)" in said
+        assert "started with no memory of earlier alerts" in said and wd.ledger.states == {}
+        with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"):
+            set_age(tmp_path / "alpha.log", 60)
+            for _ in range(2):
+                await wd.sweep()
+            await settle(wd)
+            assert len(alerts(chat)) == 1 and not wd.state_file.healthy  # alerting from memory
+            assert subprocess.run(["mount", "-o", "remount,rw", str(disk)]).returncode == 0
+            await wd.sweep()
+            await settle(wd)
+        assert wd.state_file.healthy and "is written again" in notes(chat)[-1]
+        [aside] = [p for p in disk.iterdir() if ".corrupt-" in p.name]
+        assert aside.read_bytes().startswith(b"this is not sqlite")
+        assert on_disk(state).incidents == wd.ledger.incidents
+        await wd.stop()
+        wd.state_file.close()

@@ -264,3 +264,77 @@ def test_a_concern_a_newer_runbot_wrote_loads_without_raising(tmp_path):
     assert [n for _, n in state.streaks] == [2, 1] and all(isinstance(c, Concern) for c, _ in state.streaks)
     assert state.streaks[1][0] == Concern(Worry.SILENT)
     assert (state.status, state.seq, state.headline) == (Status.OPEN, 3, "training, but…")  # the rest as it was
+
+
+TABLES = ("runs", "incidents", "outbox", "watches", "point_runs", "words", "points", "tallies")
+
+
+async def _every_kind_of_row(sf: StateFile) -> None:
+    """A decision with its post, a watch, a point and a tally: one write to every table."""
+    from bot.core.history import Point, RoleLoad, Tally  # noqa: PLC0415
+    from bot.core.verdict import Phase  # noqa: PLC0415
+
+    sf.ledger.commit("dflash", STATE, [Outgoing("post", {"text": "dflash: crashed"}, "C1")], T0)
+    sf.ledger.start_watch(Watch("dflash", "C1", "1.1", T0), T0 - 60)
+    sf.record("dflash", [Point(T0, Phase.TRAINING, 0, 5, 10, 2.0, 3.0, "it/s", 0, (RoleLoad("target", 0.5, 1.0),))],
+              Tally(0, T0, T0, 5, 5, 2.0, 2.0, 3.0, 1, "it/s"))
+    assert await sf.flush() and sf.healthy
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_a_column_a_newer_minor_or_a_hand_added_is_left_alone(tmp_path, table):
+    # A runs or watches table with one more column used to fail every write for good ("table runs has 3 columns
+    # but 2 values were supplied"), and its rows at start ("unexpected keyword argument"). Writes name their columns.
+    path = tmp_path / "state.sqlite3"
+    StateFile.open(path).close()
+    db = sqlite3.connect(path)
+    db.execute(f"ALTER TABLE {table} ADD COLUMN added_later TEXT DEFAULT 'theirs'")
+    db.commit()
+    db.close()
+    sf = StateFile.open(path)
+    await _every_kind_of_row(sf)
+    sf.close()
+    again = StateFile.open(path)
+    assert again.ledger.state("dflash") == STATE
+    assert list(again.ledger.watch_rows) == ["dflash"] and len(again.ledger.messages) == 1
+    from bot.service.history import History  # noqa: PLC0415
+
+    memory = History(again, clock=lambda: T0 + 60)
+    assert [p.step for p in memory.recent("dflash")] == [5] and memory.tally("dflash").last_step == 5
+    again.close()
+    db = sqlite3.connect(path)
+    assert {v for (v,) in db.execute(f"SELECT added_later FROM {table}")} == {"theirs"}  # their column, left to its default
+    db.close()
+
+
+@pytest.mark.parametrize("change, says", [
+    ("ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT 'x'", None),  # a default: runbot's writes leave it be
+    ("ALTER TABLE incidents DROP COLUMN concern", "table incidents lacks concern"),
+    ("DROP TABLE tallies", "no table tallies"),
+    ("ALTER TABLE watches RENAME COLUMN user TO who", "table watches lacks user"),
+])
+def test_a_table_runbot_cannot_write_is_refused_at_start_not_failed_at_every_write(tmp_path, change, says):
+    path = tmp_path / "state.sqlite3"
+    StateFile.open(path).close()
+    db = sqlite3.connect(path)
+    db.execute(change)
+    db.commit()
+    db.close()
+    if says is None:
+        StateFile.open(path).close()
+        return
+    with pytest.raises(StateFileError, match=f"not a runbot state file this runbot can write \\({says}\\)"):
+        StateFile.open(path)
+    assert path.exists() and not list(tmp_path.glob("*.corrupt-*"))  # refused, like a foreign file: left as it is
+
+
+def test_an_extra_column_runbot_could_never_fill_is_refused(tmp_path):
+    # Only a CREATE can make one (ALTER TABLE needs a default for NOT NULL): a newer runbot's table, unversioned.
+    path = tmp_path / "state.sqlite3"
+    StateFile.open(path).close()
+    db = sqlite3.connect(path)
+    db.executescript("ALTER TABLE watches RENAME TO w; CREATE TABLE watches (run TEXT PRIMARY KEY, channel TEXT NOT NULL, "
+                     "ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT, team TEXT NOT NULL); DROP TABLE w;")
+    db.close()
+    with pytest.raises(StateFileError, match=r"table watches has columns this runbot cannot fill \(team: NOT NULL"):
+        StateFile.open(path)

@@ -12,6 +12,9 @@ from bot.core.gpus import GpuReport, GpuState
 from bot.core.verdict import Phase, Verdict
 
 RECENT_S = 3 * 3600.0  # what answers and alerts read; older points stay in the state file for charts
+# A step or total beyond this is no counter (a 20-digit "step=" in a log): it would not fit the state file's
+# integers, and a count added to it must still fit.
+MAX_COUNT = 2**53
 RECENT_MAX = 4000  # points of one run kept in memory (a 0.5 s/step run gives 21600 steps in 3 h: spaced out)
 
 
@@ -40,9 +43,14 @@ class Point:
     gpus: tuple[RoleLoad, ...] = ()
 
 
-def _finite(x: float | None) -> float | None:
+def finite(x: float | None) -> float | None:
     """Only real numbers reach the memory: a NaN loss is a finding, never a point on a chart."""
     return x if x is not None and math.isfinite(x) and abs(x) < 1e30 else None
+
+
+def count(x: int | None) -> int | None:
+    """Only counts the state file can hold reach the memory."""
+    return x if x is not None and 0 <= x <= MAX_COUNT else None
 
 
 def role_load(role: str, states: Sequence[GpuState]) -> RoleLoad | None:
@@ -97,7 +105,7 @@ def observe(verdict: Verdict, t: float, last: Point | None) -> tuple[Point, ...]
         return (Point(t, verdict.phase, level, last.step if last else None, last.total if last else None,
                       segment=segment, gpus=gpus),)
     times = _times(fresh, t, verdict.progress_age)
-    out = [Point(at, verdict.phase, level, s.step, s.total, _finite(s.loss), _finite(s.rate), s.rate_unit, segment)
+    out = [Point(at, verdict.phase, level, count(s.step), count(s.total), finite(s.loss), finite(s.rate), s.rate_unit, segment)
            for s, at in zip(fresh, times)]
     out[-1] = replace(out[-1], t=max(out[-1].t, last.t if last else out[-1].t), gpus=gpus)
     return tuple(out)

@@ -20,12 +20,9 @@ class History:
         self.clock = clock
         self._recent: dict[str, tuple[Point, ...]] = {}
         self._tallies: dict[str, Tally] = {}  # each run's current segment, for its end-of-run summary
-        if state_file is not None and state_file._store is not None:
-            store = state_file._store
-            if runs is not None:
-                store.forget(runs)  # a run renamed in the config starts afresh: no stale memory under the old name
-            self._recent = {run: keep_recent(points, clock()) for run, points in store.recent(clock() - RECENT_S).items()}
-            self._tallies = store.tallies()
+        if state_file is not None:
+            recent, self._tallies = state_file.memory(clock() - RECENT_S, runs)
+            self._recent = {run: keep_recent(points, clock()) for run, points in recent.items()}
 
     def recent(self, run: str) -> tuple[Point, ...]:
         return self._recent.get(run, ())

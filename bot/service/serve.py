@@ -93,9 +93,12 @@ async def serve_async(
                 print(f"runbot: {exc}", file=sys.stderr)
                 return EXIT_FAILED
             started.append(hook)
+        store = services.store
         log.info("ready", extra={"runbot": {"event": "ready", "mode": "socket" if settings.socket_mode else "http",
                                             "port": None if settings.socket_mode else settings.port,
-                                            "runs": len(registry.runs)}})
+                                            "runs": len(registry.runs),
+                                            # the state file as it started: a fault (read-only…), rows it could not read
+                                            "state_fault": store.fault, "unreadable_rows": dict(store.unreadable)}})
         await stop.wait()
         log.info("stopping", extra={"runbot": {"event": "stopping", "in_flight": len(services.pending)}})
         return EXIT_OK

@@ -14,13 +14,14 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from bot.core.history import Point, Tally
 from bot.core.ledger import Ledger
-from bot.service.store import Store, StoreError
+from bot.service.store import NotReadable, Store, StoreError
 
 log = logging.getLogger("runbot.state")
 
@@ -32,10 +33,11 @@ SQLITE_HEADER = b"SQLite format 3\0"
 MAX_QUEUED_POINTS = 200_000  # new points waiting while the disk fails (~40 MB): the oldest go first
 PRUNE_EVERY_S = 3600.0  # the history's retention runs this often, in the worker thread
 T = TypeVar("T")
+RETRIES = "runbot retries every sweep and says so here when it can write again"
 
 
 class StateFileError(RuntimeError):
-    """The state file cannot be used at start (unwritable, another program's database, a newer schema)."""
+    """The state file cannot be used at start (no such folder, another program's database, a newer schema)."""
 
 
 def _aside(path: Path) -> Path:
@@ -54,7 +56,8 @@ class StateFile:
         self.deadline = deadline
         self.on_note = on_note or (lambda text: None)
         self.fault: str | None = None  # what is wrong with the disk right now (None: the file is current)
-        self.notes: list[str] = []  # said at start (a corrupt file moved aside), for the watchdog to post
+        self._notes: list[str] = []  # said at start (a corrupt file moved aside, an unwritable one), for the watchdog
+        self.unreadable: Counter[str] = Counter()  # rows per table that could not be read at start, and were skipped
         self._store = store
         self._identity = _identity(self.path)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runbot-state")
@@ -63,6 +66,7 @@ class StateFile:
         self._rewrite = False  # the file no longer holds what the ledger held: write it whole
         self._corrupt = False  # SQLite says the file is damaged: move it aside before rewriting
         self._lost = False  # the file was deleted or replaced under the bot (said once the rewrite is done)
+        self._reopen = False  # started on a file it could not write: open it afresh for the next write
         self._header_checked = time.monotonic()
         self._points: list[tuple[str, Point]] = []  # the runs' new points, written with the next flush
         self._tallies: dict[str, Tally] = {}  # and each run's latest tally
@@ -73,42 +77,117 @@ class StateFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], **kw) -> StateFile:
-        """Load the file (creating it), refusing what cannot be used with one clear StateFileError.
+        """Load the file (creating it), refusing only what is plainly a mistake, with one clear StateFileError:
+        no such folder, someone else's database, a newer runbot's file.
 
-        A corrupt file is moved aside and runbot starts with an empty memory, saying so in `notes`
-        (as Alertmanager does): a watchdog that refuses to start alerts nobody."""
+        A watchdog that refuses to start alerts nobody: a corrupt file is moved aside and runbot starts with
+        an empty memory (as Alertmanager does); one it cannot write (a read-only disk, an unwritable folder)
+        is read as it is and runbot starts from that, in memory; rows it cannot read are skipped and counted.
+        Each is said in `notes`."""
         path = Path(path)
         notes = []
         try:
             store = _open_checked(path)
         except StoreError as exc:
             raise StateFileError(str(exc)) from None
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and not path.exists():
-                raise StateFileError(f"{path}: {exc} (does its folder exist, and may runbot write there?)") from None
-            if isinstance(exc, sqlite3.OperationalError) and "corrupt" not in str(exc) and "malformed" not in str(exc):
-                raise StateFileError(f"{path}: cannot be written: {exc} (a read-only file, folder or disk?)") from None
-            moved = _aside(path)
-            for suffix in ("", "-wal", "-shm"):
-                if Path(f"{path}{suffix}").exists():
-                    os.replace(f"{path}{suffix}", f"{moved}{suffix}")
+        except (sqlite3.DatabaseError, OSError) as exc:
+            if not path.parent.is_dir():
+                raise StateFileError(f"{path}: {exc} (does its folder exist?)") from None
+            if not _corrupt(exc):
+                return cls._unwritable(path, str(exc), notes, **kw)
+            try:
+                moved = _move_aside(path)
+            except OSError as again:
+                return cls._unwritable(path, f"{exc}, and it cannot be moved aside: {again.strerror or again}", notes,
+                                       corrupt=True, **kw)
             note = (f"runbot's state file {path} was corrupt ({exc}); it was moved aside to {moved.name} and runbot "
                     "started with no memory of earlier alerts: an incident still open may be posted again")
             log.error(note)
             notes.append(note)
             try:
                 store = _open_checked(path)
-            except (StoreError, sqlite3.Error) as again:
-                raise StateFileError(f"{path}: {again}") from None
+            except StoreError as again:
+                raise StateFileError(str(again)) from None
+            except (sqlite3.Error, OSError) as again:
+                return cls._unwritable(path, str(again), notes, **kw)
         try:
-            store.writable()
             ledger = store.load()
-        except (sqlite3.Error, OSError, ValueError) as exc:
+        except (sqlite3.Error, OSError) as exc:  # read after a write that worked: a disk that fails as it goes
             store.close()
-            raise StateFileError(f"{path}: cannot be written: {exc}") from None
+            return cls._unwritable(path, str(exc), notes, **kw)
         state_file = cls(path, store, ledger, **kw)
-        state_file.notes = notes
+        state_file._notes = notes
+        state_file._count(store)
         return state_file
+
+    @classmethod
+    def _unwritable(cls, path: Path, fault: str, notes: list[str], *, corrupt: bool = False, **kw) -> StateFile:
+        """Start on a file that cannot be written now: from what it holds, read-only, and from memory after
+        that; every flush tries to write the whole memory (as for a disk that fails while running)."""
+        store, ledger, read = None, Ledger(), "no memory of earlier alerts"
+        if not path.exists():
+            read = "no memory of earlier alerts (there is no file yet)"
+        elif not corrupt:
+            try:
+                store = Store(path, read_only=True)
+            except StoreError as exc:
+                if not isinstance(exc, NotReadable):
+                    raise StateFileError(str(exc)) from None  # a newer runbot's, someone else's: refused as ever
+                read = f"no memory of earlier alerts ({exc})"
+            except (sqlite3.Error, OSError) as exc:
+                read = f"no memory of earlier alerts (it cannot be read either: {exc})"
+        if store is not None:
+            try:
+                ledger = store.load()
+                open_ = sum(i.closed_at is None for i in ledger.incidents.values())
+                read = f"what it could read ({_plural(len(ledger.states), 'run')}, {_plural(open_, 'incident')} open)"
+            except (sqlite3.Error, OSError) as exc:
+                store.close()
+                store, read = None, f"no memory of earlier alerts (it cannot be read either: {exc})"
+        note = (f"runbot's state file {path} cannot be written ({fault}); runbot started with {read} and keeps "
+                f"alerts in memory, but a restart now would forget what changed since. {RETRIES}")
+        log.error(note)
+        state_file = cls(path, store, ledger, **kw)
+        state_file._notes = [*notes, note]
+        state_file.fault, state_file._rewrite, state_file._reopen, state_file._corrupt = fault, True, True, corrupt
+        if store is not None:
+            state_file._count(store)
+        return state_file
+
+    @property
+    def notes(self) -> list[str]:
+        """What the watchdog says once at start: a corrupt file moved aside, a file it cannot write, rows it cannot read."""
+        if not self.unreadable:
+            return list(self._notes)
+        return [*self._notes, f"runbot's state file {self.path} holds {unreadable_words(self.unreadable)} it cannot read "
+                              "(values runbot never writes: edited by hand, or by another program?); they were skipped "
+                              "and the rest loaded. An incident among them may be posted again"]
+
+    def memory(self, since: float, runs: Iterable[str] | None = None) -> tuple[dict[str, list[Point]], dict[str, Tally]]:
+        """Each run's points since `since` and each run's tally, read at start (nothing else uses the file yet);
+        `runs`: forget the runs no longer configured first. Empty when the file cannot be read."""
+        store = self._store
+        if store is None:
+            return {}, {}
+        if runs is not None and self.fault is None:
+            try:
+                store.forget(runs)  # a run renamed in the config starts afresh: no stale memory under the old name
+            except sqlite3.Error as exc:  # a write: the disk may refuse it, which the next flush will say
+                log.warning("state file %s: could not forget the runs no longer configured: %s", self.path, exc)
+        try:
+            return store.recent(since), store.tallies()
+        except (sqlite3.Error, OSError) as exc:
+            log.error("state file %s: the runs' memory cannot be read (%s); it starts empty", self.path, exc)
+            return {}, {}
+        finally:
+            self._count(store)
+
+    def _count(self, store: Store) -> None:
+        """Take the rows the store could not read into `unreadable`, saying them in the log."""
+        new, store.skipped = +store.skipped, Counter()
+        if new:
+            self.unreadable.update(new)
+            log.warning("state file %s: skipped %s it could not read", self.path, unreadable_words(new))
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -166,13 +245,9 @@ class StateFile:
             self._requeue(points, tallies)
             self._fail(f"a write to {self.path} took longer than {self.deadline:g} s")
             return False
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:  # Overflow: a number past SQLite's integers
             self._requeue(points, tallies)
-            self._fail(f"{self.path}: {exc}", corrupt=not isinstance(exc, sqlite3.OperationalError))
-            return False
-        except (sqlite3.Error, OSError, ValueError) as exc:
-            self._requeue(points, tallies)
-            self._fail(f"{self.path}: {exc}")
+            self._fail(f"{self.path}: {exc}", corrupt=_corrupt(exc))
             return False
         self._recovered()
         return True
@@ -227,16 +302,18 @@ class StateFile:
         self.fault, self._rewrite, self._lost = None, False, False
 
     def _write_all(self, snapshot: Ledger) -> None:
-        """In the worker thread: (re)open the file if it is gone, replaced or damaged, then write it whole."""
-        if self._store is None or self._corrupt or _identity(self.path) != self._identity:
+        """In the worker thread: (re)open the file if it is gone, replaced, damaged or was not writable, then write
+        it whole."""
+        if self._corrupt and self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._corrupt and self.path.exists():
+            _move_aside(self.path)
+        if self._store is None or self._reopen or _identity(self.path) != self._identity:
+            fresh = Store(self.path)  # raises while the file still cannot be written: a read-only handle stays for reads
             if self._store is not None:
                 self._store.close()
-                self._store = None
-            if self._corrupt and self.path.exists():
-                os.replace(self.path, _aside(self.path))
-            self._store = Store(self.path)
-            self._identity = _identity(self.path)
-            self._corrupt = False
+            self._store, self._identity, self._corrupt, self._reopen = fresh, _identity(self.path), False, False
         self._store.dump(snapshot)
 
     def _fail(self, fault: str, *, corrupt: bool = False) -> None:
@@ -245,7 +322,7 @@ class StateFile:
         if self.fault is None:
             log.error("state file failing: %s — alerts go on from memory; runbot retries every sweep", fault)
             self.on_note(f"runbot's state file is failing ({fault}); alerts go on from memory, but a restart now "
-                         "would forget open incidents. runbot retries every sweep and says so here when it can write again")
+                         f"would forget open incidents. {RETRIES}")
         self.fault = fault
 
     def close(self) -> None:
@@ -255,12 +332,40 @@ class StateFile:
             self._store.close()
 
 
+def unreadable_words(counts: Counter[str]) -> str:
+    """ "3 rows (points 2, outbox 1)": rows skipped, by table."""
+    return f"{_plural(sum(counts.values()), 'row')} ({', '.join(f'{table} {k}' for table, k in sorted(counts.items()))})"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _corrupt(exc: BaseException) -> bool:
+    """Is the file to be moved aside and written afresh (damaged, not a database, refusing runbot's rows), rather
+    than retried as it is (it cannot be opened or written now: read-only, full, locked)?"""
+    if isinstance(exc, sqlite3.OperationalError):
+        return "corrupt" in str(exc) or "malformed" in str(exc)
+    return isinstance(exc, sqlite3.DatabaseError)
+
+
+def _move_aside(path: Path) -> Path:
+    """Move a damaged file (and its journal files) aside, where a person can still look at it."""
+    moved = _aside(path)
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        if Path(f"{path}{suffix}").exists():
+            os.replace(f"{path}{suffix}", f"{moved}{suffix}")
+    return moved
+
+
 def _open_checked(path: Path) -> Store:
-    """Open the file and let SQLite vouch for it (a torn or overwritten file fails here, not mid-sweep)."""
+    """Open the file, let SQLite vouch for it (a torn or overwritten file fails here, not mid-sweep) and make sure
+    it takes a write now."""
     store = Store(path)
     try:
         if fault := store.check():
             raise sqlite3.DatabaseError(f"database disk image is malformed: {fault}")
+        store.writable()
     except BaseException:
         store.close()
         raise

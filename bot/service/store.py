@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
 import os
+import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
+from typing import TypeVar
 
-from bot.core.alerts import RunState, Status
-from bot.core.history import Point, RoleLoad, Tally
-from bot.core.verdict import Concern, Phase
+from bot.core import state_rows as rows
+from bot.core.alerts import RunState
+from bot.core.history import Point, Tally
+from bot.core.state_rows import PHASES, Unreadable
 from bot.core.ledger import (
     Change,
     DropMessages,
     DropWatch,
-    Incident,
     Ledger,
-    Message,
     PutIncident,
     PutMessage,
     PutState,
     PutWatch,
-    Watch,
 )
+
+log = logging.getLogger("runbot.state")
+T = TypeVar("T")
 
 SCHEMA_VERSION = 4
 _POINTS = """
@@ -47,9 +54,6 @@ CREATE TABLE tallies (              -- each run's current segment in a few numbe
     final_loss REAL, best_loss REAL, rate_sum REAL NOT NULL, rate_n INTEGER NOT NULL, unit TEXT
 );
 """
-# Rows are small and many (500 runs x a probe a minute): a phase is stored as its place in this list.
-# Append only, never reorder: the file's integers point into it.
-PHASES = tuple(Phase)
 _SCHEMA = """
 CREATE TABLE runs (                 -- the alert state machine's memory, one row per run
     run TEXT PRIMARY KEY,
@@ -90,26 +94,65 @@ _FROM_2 = [x for x in _POINTS.split(";") if x.strip()] + ["ALTER TABLE incidents
 _FROM_3 = ["ALTER TABLE incidents ADD COLUMN digest INTEGER", "ALTER TABLE outbox ADD COLUMN note TEXT NOT NULL DEFAULT ''"]
 
 
+# What quick_check says of one row rather than of the file (SQLite's own wording, sqlite3/src/pragma.c).
+_ROW_FAULT = re.compile(r"CHECK constraint failed in \S+$|NULL value in \S+$")
+
+
 class StoreError(RuntimeError):
-    """The state file cannot be used (newer schema, not a runbot file)."""
+    """The state file cannot be used (newer schema, not a runbot file, a table lacking a column runbot writes)."""
+
+
+class NotReadable(StoreError):
+    """A file opened read-only that this runbot cannot read as it is: empty, or an older schema (its upgrade is a write)."""
+
+
+@functools.cache
+def columns() -> dict[str, tuple[str, ...]]:
+    """Each table's columns, in order, as the schema above declares them: writes name them, so a column
+    added by a newer minor or by hand is left to its default instead of failing every write."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(_SCHEMA)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: tuple(r[1] for r in db.execute(f"PRAGMA table_info({t})")) for t in tables}
+    finally:
+        db.close()
+
+
+def _insert(table: str) -> str:
+    names = columns()[table]
+    return f"INSERT OR REPLACE INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
 
 
 class Store:
-    """One SQLite connection, used from one thread at a time (the state file's worker thread)."""
+    """One SQLite connection, used from one thread at a time (the state file's worker thread).
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    `skipped` counts the rows each table held that could not be read (bot.core.state_rows): they are left
+    out of what is loaded, and left in the file (a later write of the same key replaces them)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = str(path)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.skipped: Counter[str] = Counter()
+        if read_only:  # a file runbot cannot write: read what it holds, change nothing (not even its journal mode)
+            uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        else:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA busy_timeout=5000")
+            if read_only:
+                self._check_version(upgrade=False)
+                self._check_columns()
+                return
             # A rollback journal, not WAL: WAL's index is a memory-mapped -shm file, and a write into that
             # mapping on a full or immutable filesystem kills the whole bot with SIGBUS (seen in
             # tests/test_state_disk.py), where a journal write fails as an error the state file handles.
             # One writer, in one worker thread: WAL's concurrent readers bought nothing here.
             self._db.execute("PRAGMA journal_mode=DELETE")
             self._db.execute("PRAGMA synchronous=FULL")  # survives kill -9 and power loss; writes are off the event loop
-            self._db.execute("PRAGMA busy_timeout=5000")
             self._migrate()
+            self._check_columns()
         except BaseException:  # a file we cannot use (StoreError, "file is not a database"): leave no handle open
             self._db.close()
             raise
@@ -128,14 +171,39 @@ class Store:
             raise
         self._db.execute("COMMIT")
 
+    def _check_version(self, *, upgrade: bool) -> int:
+        """The file's schema version, refusing a newer runbot's file and someone else's database."""
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: written by a newer runbot (schema {version}, this one knows {SCHEMA_VERSION})")
+        if version == 0 and self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise StoreError(f"{self.path}: not a runbot state file (it has tables but no schema version)")
+        if not upgrade and version < SCHEMA_VERSION:
+            raise NotReadable(f"{self.path}: an empty file" if version == 0 else
+                              f"{self.path}: an older runbot's file (schema {version}), which cannot be upgraded while "
+                              "it cannot be written")
+        return version
+
+    def _check_columns(self) -> None:
+        """Every column runbot writes is there, and any other one can be left empty (a new file has none yet).
+
+        A column added by a newer minor or by hand is harmless: writes name their columns. One missing, or
+        an extra one that must be filled, would fail every write for good: refused, as a foreign file is."""
+        for table, wanted in columns().items():
+            have = {r["name"]: r for r in self._db.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in wanted if c not in have]
+            if missing:
+                lacks = f"no table {table}" if not have else f"table {table} lacks {', '.join(missing)}"
+                raise StoreError(f"{self.path}: not a runbot state file this runbot can write ({lacks})")
+            unfilled = [n for n, r in have.items() if n not in wanted and r["notnull"] and r["dflt_value"] is None]
+            if unfilled:
+                raise StoreError(f"{self.path}: table {table} has columns this runbot cannot fill "
+                                 f"({', '.join(unfilled)}: NOT NULL without a default)")
+
     def _migrate(self) -> None:
         with self._tx() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: written by a newer runbot (schema {version}, this one knows {SCHEMA_VERSION})")
+            version = self._check_version(upgrade=True)
             if version == 0:
-                if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise StoreError(f"{self.path}: not a runbot state file (it has tables but no schema version)")
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         db.execute(statement)
@@ -143,7 +211,11 @@ class Store:
                 for statement in _FROM_1:
                     db.execute(statement)
                 for row in db.execute("SELECT * FROM runs_v1").fetchall():
-                    db.execute("INSERT INTO runs VALUES (?, ?)", (row["run"], _state_json(_state_v1(row))))
+                    try:
+                        db.execute("INSERT INTO runs (run, state) VALUES (?, ?)",
+                                   (rows.text(row["run"]), _state_json(_state_v1(row))))
+                    except Unreadable:
+                        self.skipped["runs"] += 1
                 db.execute("DROP TABLE runs_v1")
             if version in (1, 2):
                 for statement in _FROM_2:
@@ -159,23 +231,35 @@ class Store:
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")  # a real write, the same value
 
     def check(self) -> str | None:
-        """What SQLite's own quick check says is wrong with the file, or None when it is sound."""
+        """What SQLite's own quick check says is wrong with the file's structure, or None when it is sound.
+
+        A row that breaks a CHECK or NOT NULL constraint (written with the checks off, or under another schema)
+        is that row's problem, not the file's: the row is skipped when read (bot.core.state_rows), where moving
+        the file aside would forget every other row."""
         said = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
-        return None if said == ["ok"] else "; ".join(said)[:300]
+        damage = [line for line in said if line != "ok" and not _ROW_FAULT.match(line)]
+        return "; ".join(damage)[:300] or None
 
     # --- whole ledgers --------------------------------------------------------------------------
 
+    def _read(self, table: str, query: Iterable[sqlite3.Row], decode: Callable[[sqlite3.Row], T]) -> list[T]:
+        """The rows a query finds, typed; a row that cannot be (bot.core.state_rows) is counted and left out."""
+        out = []
+        for r in query:
+            try:
+                out.append(decode(r))
+            except Unreadable as exc:
+                self.skipped[table] += 1
+                log.debug("%s: a row of %s cannot be read (%s): skipped", self.path, table, exc)
+        return out
+
     def load(self) -> Ledger:
         db = self._db
-        states = {r["run"]: _state(r["state"]) for r in db.execute("SELECT * FROM runs")}
-        incidents = {(r["run"], r["seq"]): Incident(r["run"], r["seq"], r["channel"], r["parent_ts"], r["opened_at"],
-                                                         _concern(r["concern"]), r["closed_at"], r["digest"])
-                     for r in db.execute("SELECT * FROM incidents")}
-        messages = {r["id"]: Message(r["id"], r["key"], r["run"], r["seq"], r["op"], json.loads(r["payload"]),
-                                     r["created_at"], r["attempts"], r["tried_at"], r["last_error"], r["sent_at"], r["ts"],
-                                     r["priority"], r["note"])
-                    for r in db.execute("SELECT * FROM outbox ORDER BY id")}
-        watches = {r["run"]: Watch(**dict(r)) for r in db.execute("SELECT * FROM watches")}
+        states = dict(self._read("runs", db.execute("SELECT run, state FROM runs"),
+                                 lambda r: (rows.text(r["run"]), rows.state(r["state"]))))
+        incidents = {(i.run, i.seq): i for i in self._read("incidents", db.execute("SELECT * FROM incidents"), rows.incident)}
+        messages = {m.id: m for m in self._read("outbox", db.execute("SELECT * FROM outbox ORDER BY id"), rows.message)}
+        watches = {w.run: w for w in self._read("watches", db.execute("SELECT * FROM watches"), rows.watch)}
         return Ledger(states, incidents, messages, watches)
 
     def apply(self, changes: Iterable[Change], points: Iterable[tuple[str, Point]] = (),
@@ -189,10 +273,8 @@ class Store:
                 ids = self._ids(db, "point_runs", "run", {run for run, _ in points} | {run for run, _ in tallies})
                 words = self._ids(db, "words", "word", {p.unit for _, p in points if p.unit is not None}
                                   | {g.role for _, p in points for g in p.gpus})
-                db.executemany("INSERT OR REPLACE INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [_point_row(ids[run], p, words) for run, p in points])
-                db.executemany("INSERT OR REPLACE INTO tallies VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [(ids[run], *(getattr(t, f) for f in _TALLY_FIELDS)) for run, t in tallies])
+                db.executemany(_insert("points"), [_point_row(ids[run], p, words) for run, p in points])
+                db.executemany(_insert("tallies"), [(ids[run], *(getattr(t, f) for f in _TALLY_FIELDS)) for run, t in tallies])
 
     @staticmethod
     def _ids(db: sqlite3.Connection, table: str, column: str, names: set[str]) -> dict[str, int]:
@@ -204,29 +286,32 @@ class Store:
         return {r[1]: r[0] for r in db.execute(f"SELECT id, {column} FROM {table} WHERE {column} IN ({marks})", list(names))}
 
     def _words(self) -> dict[int, str]:
-        return {r[0]: r[1] for r in self._db.execute("SELECT id, word FROM words")}
+        """Units and role names by id; one that is not text is left out (its points read it as unknown)."""
+        return dict(self._read("words", self._db.execute("SELECT id, word FROM words"),
+                               lambda r: (rows.whole(r["id"], 0, rows.MAX_ID), rows.text(r["word"]))))
 
     # --- the runs' memory -------------------------------------------------------------------------
 
     def points(self, run: str, since: float, until: float | None = None) -> list[Point]:
-        rows = self._db.execute("SELECT p.* FROM points p JOIN point_runs r ON r.id = p.run WHERE r.run = ? AND p.t >= ? "
-                                "AND p.t <= ? ORDER BY p.t", (run, int(since), until if until is not None else 1 << 62))
+        found = self._db.execute("SELECT p.* FROM points p JOIN point_runs r ON r.id = p.run WHERE r.run = ? AND p.t >= ? "
+                                 "AND p.t <= ? ORDER BY p.t", (run, int(since), until if until is not None else 1 << 62))
         words = self._words()
-        return [_point(r, words) for r in rows]
+        return self._read("points", found, lambda r: rows.point(r, words))
 
     def recent(self, since: float) -> dict[str, list[Point]]:
         """Every run's points since `since` (what the bot reloads at start)."""
         out: dict[str, list[Point]] = {}
         words = self._words()
-        for r in self._db.execute("SELECT r.run AS name, p.* FROM points p JOIN point_runs r ON r.id = p.run "
-                                  "WHERE p.t >= ? ORDER BY r.run, p.t", (int(since),)):
-            out.setdefault(r["name"], []).append(_point(r, words))
+        found = self._db.execute("SELECT r.run AS name, p.* FROM points p JOIN point_runs r ON r.id = p.run "
+                                 "WHERE p.t >= ? ORDER BY r.run, p.t", (int(since),))
+        for name, p in self._read("points", found, lambda r: (rows.text(r["name"]), rows.point(r, words))):
+            out.setdefault(name, []).append(p)
         return out
 
     def tallies(self) -> dict[str, Tally]:
         """Each run's current segment in a few numbers (what the bot reloads at start for end-of-run summaries)."""
-        rows = self._db.execute("SELECT r.run AS name, t.* FROM tallies t JOIN point_runs r ON r.id = t.run")
-        return {r["name"]: Tally(*(r[f] for f in _TALLY_FIELDS)) for r in rows}
+        found = self._db.execute("SELECT r.run AS name, t.* FROM tallies t JOIN point_runs r ON r.id = t.run")
+        return dict(self._read("tallies", found, lambda r: (rows.text(r["name"]), rows.tally(r))))
 
     def prune(self, now: float, full: float, every: float, keep: float) -> int:
         """Retention: every point of the last `full` seconds, then the last one of each `every` bucket, nothing
@@ -271,28 +356,24 @@ class Store:
 def _write(db: sqlite3.Connection, change: Change) -> None:
     match change:
         case PutState(run, state):
-            db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?)", (run, _state_json(state)))
+            db.execute(_insert("runs"), (run, _state_json(state)))
         case PutIncident(i):
-            db.execute("INSERT OR REPLACE INTO incidents (run, seq, channel, parent_ts, opened_at, concern, closed_at, "
-                       "digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (i.run, i.seq, i.channel, i.parent_ts, i.opened_at, i.concern.key if i.concern is not None else None,
-                        i.closed_at, i.digest))
+            db.execute(_insert("incidents"), (i.run, i.seq, i.channel, i.parent_ts, i.opened_at,
+                                              i.concern.key if i.concern is not None else None, i.closed_at, i.digest))
         case PutMessage(m):
-            db.execute("INSERT OR REPLACE INTO outbox (id, key, run, seq, op, payload, created_at, attempts, tried_at, "
-                       "last_error, sent_at, ts, priority, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.execute(_insert("outbox"),
                        (m.id, m.key, m.run, m.seq, m.op, json.dumps(m.payload), m.created_at, m.attempts, m.tried_at,
                         m.last_error, m.sent_at, m.ts, m.priority, m.note))
         case DropMessages(ids):
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
         case PutWatch(w):
-            db.execute("INSERT OR REPLACE INTO watches VALUES (?, ?, ?, ?, ?)", (w.run, w.channel, w.ts, w.started_at, w.user))
+            db.execute(_insert("watches"), (w.run, w.channel, w.ts, w.started_at, w.user))
         case DropWatch(run):
             db.execute("DELETE FROM watches WHERE run = ?", (run,))
         case _:
             raise TypeError(f"not a ledger change: {change!r}")
 
 
-_STATE_FIELDS = {f.name for f in fields(RunState)}
 _TALLY_FIELDS = tuple(f.name for f in fields(Tally))  # the tallies table's columns after run, in order
 
 
@@ -300,19 +381,6 @@ def _point_row(run_id: int, p: Point, words: dict[str, int]) -> tuple:
     gpus = ";".join(f"{words[g.role]}:{round(g.busy * 100)}:{'' if g.mem_gib is None else round(g.mem_gib, 1)}" for g in p.gpus)
     return (run_id, int(p.t), p.segment, PHASES.index(p.phase), p.level, p.step, p.total, p.loss, p.rate,
             words.get(p.unit) if p.unit is not None else None, gpus or None)
-
-
-def _point(r: sqlite3.Row, words: dict[int, str]) -> Point:
-    phase = PHASES[r["phase"]] if 0 <= r["phase"] < len(PHASES) else Phase.TRAINING  # a phase a newer runbot knows
-    gpus = []
-    for item in (r["gpus"] or "").split(";"):
-        role, _, rest = item.partition(":")
-        busy, _, mem = rest.partition(":")
-        if role.isdigit() and busy.isdigit():
-            gpus.append(RoleLoad(words.get(int(role), "GPUs"), int(busy) / 100, float(mem) if mem else None))
-    unit = words.get(r["unit"]) if r["unit"] is not None else None
-    return Point(float(r["t"]), phase, r["level"], r["step"], r["total"], r["loss"], r["rate"], unit, r["segment"],
-                 tuple(gpus))
 
 
 def _state_json(state: RunState) -> str:
@@ -324,31 +392,10 @@ def _state_json(state: RunState) -> str:
     return json.dumps(values)
 
 
-def _concern(key: str | None) -> Concern | None:
-    return Concern.from_key(key) if key is not None else None
-
-
-def _streaks(pairs: Iterable[list]) -> tuple[tuple[Concern, int], ...]:
-    return tuple((Concern.from_key(key), n) for key, n in pairs)
-
-
-def _state(text: str) -> RunState:
-    """A RunState from its JSON; fields a newer or older runbot wrote and this one lacks are ignored."""
-    values = {k: v for k, v in json.loads(text).items() if k in _STATE_FIELDS}
-    values["status"] = Status(values.get("status", "quiet"))
-    if "concern" in values:
-        values["concern"] = _concern(values["concern"])
-    if "streaks" in values:
-        values["streaks"] = _streaks(values["streaks"])
-    if "flips" in values:
-        values["flips"] = tuple(values["flips"])
-    return RunState(**values)
-
-
+@rows.guarded
 def _state_v1(row: sqlite3.Row) -> RunState:
-    values = {k: row[k] for k in row.keys() if k in _STATE_FIELDS}
-    values["status"] = Status(values["status"])
-    values["announced"] = bool(values["announced"])
-    values["concern"] = _concern(values.get("concern"))
-    values["streaks"] = _streaks(json.loads(values["streaks"]))
-    return RunState(**values)
+    """Schema 1 kept RunState's fields as columns: announced as 0/1, streaks as JSON text."""
+    values = {k: row[k] for k in row.keys()}
+    values["announced"] = bool(rows.whole(values["announced"], 0, 1))
+    values["streaks"] = json.loads(rows.text(values["streaks"]))
+    return rows.state_of(values)
