@@ -199,3 +199,29 @@ GLUED = [
 def test_a_message_glued_after_a_bar_is_the_lines_later_news(log, phase, says):
     verdict = diagnose(evidence(log, age=3), Run())
     assert verdict.phase is phase and says in verdict.headline, verdict.headline
+
+
+# --- an inner bar inside the loop's step (GRPO's rollouts, a weight sync) is the loop's, not its counter; the
+# frames as vLLM and HF Trainer print them: vLLM's `Processed prompts` bar with its est. speed postfix, vLLM's
+# `Loading safetensors checkpoint shards: 50% Completed | 2/4`, HF's loop bar with no description
+ROLLOUT = "Processed prompts: {pct:3d}%|{bar}| {n}/32 [00:05<00:00,  6.12it/s, est. speed input: 1000.00 toks/s, output: 500.00 toks/s]"
+SHARDS = "Loading safetensors checkpoint shards: {pct:3d}% Completed | {n}/4 [00:01<00:01,  1.50it/s]"
+
+
+def loop_with(inner: str, steps=(54, 55, 56), *, inside: bool = True) -> str:
+    out = []
+    for step in steps:
+        out += [inner.format(pct=50, bar="█████     ", n=2 if "shards" in inner else 16)] if inside else []
+        out.append(f"  2%|▏         | {step}/2290 [10:00<6:00:00,  9.50s/it]")
+    return "\n".join(out + [inner.format(pct=50, bar="█████     ", n=2 if "shards" in inner else 16)])
+
+
+@pytest.mark.parametrize("inner", [ROLLOUT, SHARDS], ids=["rollout", "weight sync"])
+def test_a_bar_that_runs_inside_the_loops_steps_is_the_loops(inner):
+    verdict = diagnose(evidence(loop_with(inner), age=3), Run())
+    assert verdict.phase is Phase.TRAINING and "56/2290" in verdict.headline, verdict.headline
+
+
+def test_shards_loading_after_the_loop_with_no_sign_of_it_inside_is_loading():
+    verdict = diagnose(evidence(loop_with(SHARDS, inside=False), age=3), Run())
+    assert verdict.phase is Phase.LOADING and "2/4" in verdict.headline, verdict.headline

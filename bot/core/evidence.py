@@ -241,6 +241,22 @@ def _against_counter(bars: Sequence[BarLine], steps: Sequence[Step], lines: Sequ
     return out
 
 
+def _inner(bars: Sequence[BarLine]) -> list[BarLine]:
+    """A bar that ran between two of the loop's frames — the loop advanced across it — is work inside the loop's
+    step (a GRPO rollout's `Processed prompts 32/32` inside step 56/2290, a weight sync's shards): neither the
+    loop's counter nor a phase of its own, but the loop's, nested in it. Its description says so wherever it
+    shows again, also after the loop's last frame. Evaluations and saves keep their own phase."""
+    loop = [b for b in bars if b.bar.role is Role.TRAINING and not b.bar.nested]
+    if len(loop) < 2:
+        return list(bars)
+    outer = max(b.bar.total or 0 for b in loop)
+    inside = {b.bar.desc for a, c in zip(loop, loop[1:]) if a.bar.n != c.bar.n
+              for b in bars if a.index < b.index < c.index and b.bar.desc and b.bar.role is not Role.TRAINING}
+    return [replace(b, bar=replace(b.bar, role=Role.TRAINING, nested=True))
+            if b.bar.desc in inside and b.bar.role not in (Role.EVALUATING, Role.SAVING) and (b.bar.total or 0) < outer
+            else b for b in bars]
+
+
 def _announced(lines: Sequence[str], index: int, bars: Sequence[BarLine]) -> Role:
     """The role the nearest line above a bar gives it ("Downloading … .pdparams" before the bar: loading)."""
     at_bars = {b.index for b in bars}
@@ -357,7 +373,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     bars = _bars(raw_lines, lines)
     reading = _reading_lines(lines, bars)
     progress = read_progress(reading, stamps, earlier)
-    bars = tuple(_place(_against_counter(bars, progress.steps, lines)))
+    bars = tuple(_place(_inner(_against_counter(bars, progress.steps, lines))))
     steps = _progress(progress.steps, lines, bars)
     bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
