@@ -6,7 +6,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from bot.core.grammar import split_rank_prefix
+from bot.core.grammar import EVAL_WORD, split_rank_prefix
 
 
 class Role(str, enum.Enum):
@@ -20,15 +20,27 @@ class Role(str, enum.Enum):
     OTHER = "other"  # a description we cannot place
 
 
-_ROLE_WORDS = (  # first match wins: "Loading checkpoint shards" is loading, "Saving checkpoint" saving
-    (Role.EVALUATING, r"eval|valid|test|sanity|predict|infer|benchmark|generat(?:e|ing) (?:samples|images)"),
-    (Role.SAVING, r"sav|writ|upload|export|push|convert|serializ"),
-    (Role.LOADING, r"load|shard|weight|download|fetch|materializ|restor|resum|checkpoint|\bckpt"),
-    (Role.PREPARING, r"\bmap\b|token|preprocess|process|filter|group|pack|concat|prepar|cach|build|index|shuffl|"
-                     r"split|generat|read|extract|encod|convert|collat|datasets?\b"),
-    (Role.TRAINING, r"^$|epoch|step|train|iter|batch|\bfit\b|^it$|optimi"),
+# The one vocabulary of bar roles: (role, words in the description, where they come from). First match wins:
+# "Loading checkpoint shards" is loading, "Saving checkpoint" saving, "Generating samples" an evaluation.
+_ROLE_WORDS = (
+    (Role.EVALUATING, EVAL_WORD.pattern, "grammar.EVAL_WORDS: HF's eval bar, Lightning's Validation / Testing / "
+                                         "Sanity Checking / Predicting, MMEngine's val"),
+    (Role.EVALUATING, r"(?i)infer|benchmark", "vLLM's and detectron2's inference bars, benchmark scripts"),
+    (Role.EVALUATING, r"(?i)generat(?:e|ing) (?:samples|images)", "diffusers' and kohya's sample generation during training"),
+    (Role.SAVING, r"(?i)sav|writ|serializ", "HF's `Writing model shards`, `Saving checkpoint` bars"),
+    (Role.SAVING, r"(?i)upload|export|push|convert", "huggingface_hub's `Upload N LFS files`, export and conversion scripts"),
+    (Role.LOADING, r"(?i)load|shard|weight|checkpoint|\bckpt", "HF's `Loading checkpoint shards`, `Loading weights`"),
+    (Role.LOADING, r"(?i)download|fetch", "huggingface_hub's `Fetching 4 files`, `Downloading shards`"),
+    (Role.LOADING, r"(?i)materializ|restor|resum", "accelerate's and Lightning's restore / resume"),
+    (Role.PREPARING, r"(?i)\bmap\b|filter|group|pack|concat|shuffl|split|generat|datasets?\b",
+     "HF datasets' `Map`, `Filter`, `Generating train split`, run_clm's `Grouping texts`, TRL's packing"),
+    (Role.PREPARING, r"(?i)token|preprocess|process|prepar|cach|build|index|read|extract|encod|collat",
+     "HF examples' `Running tokenizer on dataset`, Megatron's index building, data readers and caches"),
+    (Role.TRAINING, r"^$", "HF Trainer's loop bar, drawn with no description"),
+    (Role.TRAINING, r"(?i)epoch|step|train|iter|batch|\bfit\b|^it$|optimi",
+     "Lightning's `Epoch 3`, diffusers' `Steps`, hand-written loops' `Training` / `Iteration` bars"),
 )
-_ROLES = [(role, re.compile(words, re.I)) for role, words in _ROLE_WORDS]
+_ROLES = [(role, re.compile(words)) for role, words, _ in _ROLE_WORDS]
 
 _Q = r"\d+(?:\.\d+)?(?:[kKMGTPEZY]i?)?"
 # tqdm: `{desc}: {pct}%|{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}{postfix}]`, found anywhere in a
@@ -49,6 +61,12 @@ _TQDM_WORDS = re.compile(
     rf"(?P<desc>[^\r\n|\[\]]{{1,160}}?):[ \t]*(?P<pct>\d{{1,3}})%[ \t]+[A-Za-z][A-Za-z ]{{0,30}}?[ \t]*\\?\|[ \t]*"
     rf"(?P<n>{_Q})/(?P<total>{_Q})[ \t]*\[(?P<el>[^<,\]\n]{{0,20}})(?:<(?P<rem>[^,\]\n]{{0,20}}))?"
     r"(?:,[ \t]*(?P<rate>[^,\]\n]{0,40}))?(?P<post>,[^\]\n]{0,400})?\]"
+)
+# tqdm with no bar drawn (`bar_format` without `{bar}`, or a log that dropped the block characters, as SageMaker's
+# CloudWatch copy does): `Epoch 0: 100% 2/2 [00:00<00:00, 12.33it/s, loss=2.29, v_num=0]`.
+_TQDM_BARLESS = re.compile(
+    rf"(?P<desc>[^\r\n|\[\]]{{1,160}}?):[ \t]*(?P<pct>\d{{1,3}})%[ \t]+(?P<n>{_Q})/(?P<total>{_Q})[ \t]*"
+    r"\[(?P<el>[\d:]{1,12})<(?P<rem>[\d:]{1,12}|\?)(?:,[ \t]*(?P<rate>[^,\]\n]{0,40}))?(?P<post>,[^\]\n]{0,400})?\]"
 )
 # Lightning's rich bar, rendered once into a file: `Epoch 2/2  ━━━━━━ 50/50 0:00:05 • 0:00:00 9.41it/s train_loss: 8.081`
 _RICH = re.compile(r"(?P<desc>Epoch[ \t]+\d+(?:/\d+)?|Validation|Sanity Checking|Testing|Predicting)[ \t]+[━╸╺╾╼─ -]*[ \t]"
@@ -115,7 +133,7 @@ def _role(desc: str, postfix: str, rate: str | None = None) -> Role:
             return Role.SAVING
         return Role.LOADING if re.search(r"(?i)download|fetch|load|pull|get", desc) else Role.OTHER
     role = role_of(desc)
-    if role is Role.OTHER and not re.search(r"(?i)val|eval|test", desc) and (
+    if role is Role.OTHER and not EVAL_WORD.search(desc) and (
             re.search(r"(?i)loss", f"{desc} {postfix}") or _METRICS_DESC.search(desc)):
         return Role.TRAINING  # live metrics in the description: `d: -0.001;gen: -0.008`, `1|100|Loss: 2.3`
     return role
@@ -131,11 +149,29 @@ def _desc(raw: str | None) -> str:
     return text.strip(" :")
 
 
+# A frame cut at the terminal's width never closes its bracket; what it shows of the bracket still counts, and
+# a message glued after it (`…, loss=0.123, train_loss_step=0.1Saving checkpoint to …`) is the line's own.
+_CUT = re.compile(r"[ \t]*\[(?P<el>[\d:]{1,12})(?:<(?P<rem>[\d:]{1,12}|\?))?(?:,[ \t]*(?P<rate>\??[\d.]*[ \t]?[kMG]?(?:it/s|s/it)))?"
+                  r"(?P<post>(?:,[ \t]*[A-Za-z_][\w/.-]{0,40}=[-+]?(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\d.])|nan|inf))*)")
+
+
+# What each layout cannot do without, searched first: most lines with a `|` or a `[` are no bar (Megatron's
+# `| lm loss: … |`, a logger's `[INFO]`), and the layouts' lazy descriptions are dear to try at every place.
+_HINTS = {_TQDM: re.compile(rf"\|[ \t]*{_Q}/(?:{_Q}|\?)"), _TQDM_WORDS: re.compile(r"\d%[ \t]+[A-Za-z]"),
+          _TQDM_BARLESS: re.compile(r"\d%[ \t]+\d"), _TQDM_OPEN: re.compile(r"\[\d+:\d\d"), _RICH: re.compile("•"),
+          _KERAS: re.compile(r"\[[=>.]{5}")}
+
+
 def frames(text: str, *, nested: bool = False) -> list[Bar]:
     """Every bar frame in a text, in order (one frame per \\r-redraw, or several glued together)."""
     out: list[Bar] = []
-    for m in _TQDM.finditer(text):
+    if "/" not in text:  # every layout shows n/total or a rate
+        return out
+    for m in (_TQDM.finditer(text) if _HINTS[_TQDM].search(text) else ()):
         desc = _desc(m["desc"])
+        cut = _CUT.match(text, m.end()) if m["el"] is None and text[m.end():m.end() + 3].lstrip().startswith("[") else None
+        if cut is not None and cut["el"] is not None:
+            m = _Joined(m, cut, text)
         if m["pct"] is None and m["el"] is None:
             continue
         rate, post = m["rate"], (m["post"] or "").strip(", ")
@@ -145,8 +181,8 @@ def frames(text: str, *, nested: bool = False) -> list[Bar]:
                        _known(m["rem"]), post, nested, _role(desc, post, rate), m[0].strip(), m.start(), m.end()))
     if out:
         return out
-    for pattern in (_TQDM_WORDS, _TQDM_OPEN, _RICH, _KERAS):
-        for m in pattern.finditer(text):
+    for pattern in (_TQDM_WORDS, _TQDM_BARLESS, _TQDM_OPEN, _RICH, _KERAS):
+        for m in (pattern.finditer(text) if _HINTS[pattern].search(text) else ()):
             groups = m.groupdict()
             desc = _desc(groups.get("desc"))
             total = count(groups.get("total"))
@@ -159,6 +195,23 @@ def frames(text: str, *, nested: bool = False) -> list[Bar]:
         if out:
             return out
     return out
+
+
+class _Joined:
+    """A frame's match and the cut bracket after it, read as one match."""
+
+    def __init__(self, head: re.Match, tail: re.Match, text: str) -> None:
+        self._groups = {**head.groupdict(), **{k: v for k, v in tail.groupdict().items() if v is not None}}
+        self._start, self._end, self._text = head.start(), tail.end(), text
+
+    def __getitem__(self, key):
+        return self._text[self._start:self._end] if key == 0 else self._groups.get(key)
+
+    def start(self) -> int:
+        return self._start
+
+    def end(self) -> int:
+        return self._end
 
 
 def last_bar(text: str, *, nested: bool = False) -> Bar | None:

@@ -7,13 +7,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from bot.core.bars import Bar, Role, frames
+from bot.core.bars import Bar, Role, frames, role_of
 from bot.core.crashes import find_crashes
 from bot.core.facts import Crash, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
-from bot.core.grammar import LineStamps, last_frame, split_rank_prefix
+from bot.core.grammar import LineStamps, eval_noun, last_frame, message, split_rank_prefix
 from bot.core.markers import Mark, Marker, find_markers
-from bot.core.progress import bar_step, recognise, table_header, table_step
+from bot.core.progress import bar_step, read_progress, recognise, table_header, table_step
 from bot.core.redact import printable, redact_secrets
 from bot.core.sections import LINE_CAP, Sections
 
@@ -177,11 +177,12 @@ def _bars(raw_lines: Sequence[str], lines: Sequence[str]) -> tuple[BarLine, ...]
         if found:
             after = own[found[-1].end:].strip()
             out.append(BarLine(i, found[-1], after if _GLUED.search(after) and not _ASIDE.fullmatch(after) else ""))
-    return tuple(_place(_table_rows(out, lines)))
+    return tuple(_table_rows(out, lines))
 
 
-# Text after a bar that is a message of its own, not the bar's padding or a stray character.
-_GLUED = re.compile(r"[A-Za-z]{3,}.*\d|\d.*[A-Za-z]{3,}")
+# Text after a bar that is a message of its own, not the bar's padding, a stray character or the rest of a frame
+# cut at the terminal's width (`, train_lo`): words with a number, or a sentence's capital (`Saving checkpoint...`).
+_GLUED = re.compile(r"^(?![,\]])(?:.*[A-Za-z]{3,}.*\d|.*\d.*[A-Za-z]{3,}|[^a-z]*[A-Z][a-z]{2,})")
 _ASIDE = re.compile(r"\[[^\]]*\]|\([^)]*\)")  # an annotation, not a message: Ray's `[repeated 15x across cluster]`
 
 
@@ -230,13 +231,63 @@ def _place(bars: list[BarLine]) -> list[BarLine]:
     return placed
 
 
-def _progress(lines: Sequence[str], stamps: Sequence[float | None], earlier: Sequence[str],
-              bars: Sequence[BarLine]) -> tuple[Step, ...]:
+def _against_counter(bars: Sequence[BarLine], steps: Sequence[Step], lines: Sequence[str]) -> list[BarLine]:
+    """A bar with no description counts the loop's steps only when its total is the loop's: beside step lines
+    that print their total (`step: 1050 (total: 1060)`), a bar of n/392507 is some other work's — what the
+    line above it announces (PaddleNLP downloads its weights through such a bar), or work we cannot place."""
+    total = steps[-1].total if steps else None
+    if total is None:
+        return list(bars)
+    out = []
+    for b in bars:
+        bar = b.bar
+        if bar.role is Role.TRAINING and not bar.desc and not bar.nested and bar.total is not None and bar.total != total:
+            b = replace(b, bar=replace(bar, role=_announced(lines, b.index, bars)))
+        out.append(b)
+    return out
+
+
+def _inner(bars: Sequence[BarLine]) -> list[BarLine]:
+    """A bar that ran between two of the loop's frames — the loop advanced across it — is work inside the loop's
+    step (a GRPO rollout's `Processed prompts 32/32` inside step 56/2290, a weight sync's shards): neither the
+    loop's counter nor a phase of its own, but the loop's, nested in it. Its description says so wherever it
+    shows again, also after the loop's last frame. Evaluations and saves keep their own phase."""
+    loop = [b for b in bars if b.bar.role is Role.TRAINING and not b.bar.nested]
+    if len(loop) < 2:
+        return list(bars)
+    outer = max(b.bar.total or 0 for b in loop)
+    inside = {b.bar.desc for a, c in zip(loop, loop[1:]) if a.bar.n != c.bar.n
+              for b in bars if a.index < b.index < c.index and b.bar.desc and b.bar.role is not Role.TRAINING}
+    return [replace(b, bar=replace(b.bar, role=Role.TRAINING, nested=True))
+            if b.bar.desc in inside and b.bar.role not in (Role.EVALUATING, Role.SAVING) and (b.bar.total or 0) < outer
+            else b for b in bars]
+
+
+def _announced(lines: Sequence[str], index: int, bars: Sequence[BarLine]) -> Role:
+    """The role the nearest line above a bar gives it ("Downloading … .pdparams" before the bar: loading)."""
+    at_bars = {b.index for b in bars}
+    for j in range(index - 1, max(-1, index - 4), -1):
+        if j not in at_bars and (above := message(lines[j])):
+            role = role_of(above)
+            return role if role not in (Role.TRAINING, Role.OTHER) else Role.OTHER
+    return Role.OTHER
+
+
+def _with_evaluation(bars: Sequence[BarLine], evaluation: Step | None) -> tuple[BarLine, ...]:
+    """An evaluation's own progress lines (`Epoch(val)  [4][1/8]`) are its bar: the pass and how far it got."""
+    if evaluation is None or evaluation.step is None or not evaluation.total:
+        return tuple(bars)
+    pct = round(100 * evaluation.step / evaluation.total)
+    bar = Bar(eval_noun(evaluation.line), pct, evaluation.step, evaluation.total, role=Role.EVALUATING,
+              frame=evaluation.line, end=len(evaluation.line))
+    return tuple(sorted([*bars, BarLine(evaluation.index, bar)], key=lambda b: b.index))
+
+
+def _progress(steps: tuple[Step, ...], lines: Sequence[str], bars: Sequence[BarLine]) -> tuple[Step, ...]:
     """The loop's progress: its step lines, or its own bar's frames, whichever comes later in the log.
 
     A loop that prints step lines and draws a bar (HF Trainer: loss dicts and the bar) has both; the
     bar's n/total is the global step, the lines carry the loss."""
-    steps = recognise(lines, stamps, earlier)
     loop = [b for b in bars if b.bar.role is Role.TRAINING and not b.bar.nested]
     if not loop:
         return steps
@@ -327,7 +378,10 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
     bars = _bars(raw_lines, lines)
     reading = _reading_lines(lines, bars)
-    steps = _progress(reading, stamps, earlier, bars)
+    progress = read_progress(reading, stamps, earlier)
+    bars = tuple(_place(_inner(_against_counter(bars, progress.steps, lines))))
+    steps = _progress(progress.steps, lines, bars)
+    bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
         steps = _custom(lines, custom)
     writers_text = sections.text("writers", 1 << 16)
@@ -344,7 +398,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
         steps=steps,
         bars=bars,
         crashes=tuple(find_crashes(lines)),
-        markers=find_markers(lines) + _glued_markers(raw_lines, len(lines)),
+        markers=_with_after(find_markers(lines) + _glued_markers(raw_lines, len(lines)), bars),
         writers=parse_processes(writers_text),
         hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,
         moved=_moved(sections),
@@ -355,6 +409,14 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
                                sections.rc("gpu.window")),
         problems=tuple(_problems(sections, log)),
     )
+
+
+def _with_after(markers: tuple[Marker, ...], bars: Sequence[BarLine]) -> tuple[Marker, ...]:
+    """The announcements glued after a bar's frame (`…14.80it/s]Saving checkpoint…`, `…=0.1Saving checkpoint`),
+    read in the glued text alone (the line as a whole may hide them, or show the bar's own words first): at the
+    bar's line, their text the glued text's, so that the stages can tell them from the frame's."""
+    glued = [replace(m, index=b.index) for b in bars if b.after for m in find_markers([b.after])]
+    return tuple(sorted((*markers, *glued), key=lambda m: m.index)) if glued else markers
 
 
 def _glued_markers(raw_lines: Sequence[str], count: int) -> tuple[Marker, ...]:

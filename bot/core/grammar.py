@@ -51,7 +51,9 @@ _NOISE_WORDS = {"average", "avg", "mean", "train", "training", "total", "running
 
 # --- numbers ----------------------------------------------------------------------------------
 
-_NUM = (r"(?<![\w.])(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.])"
+# A thousands separator groups three digits; the comma after the last group may be the list's (`iter:  20,400,
+# lr:` is 20400, KAIR and BasicSR print so), a comma before another digit may not (`1,2,3` is a list).
+_NUM = (r"(?<![\w.])(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.])"
         r"|[-+]?\.\d+(?:[eE][-+]?\d+)?(?![\d.])|(?i:nan|[-+]?inf(?:inity)?)(?![A-Za-z]))")
 _RATE_UNIT = r"(?:[A-Za-z]+/s(?:ec)?|s/it)\b"
 _CLOCK = re.compile(r"(?<![\w.:])(?P<clock>\d{1,3}:\d\d(?::\d\d)?(?:\.\d+)?)(?![\w:])")  # 0:00:01, 12:34 — one duration
@@ -61,6 +63,7 @@ _NUMBER = re.compile(_CLOCK.pattern + "|" + _NUM + r"(?P<scale>[kKMGT](?![A-Za-z
 _SEPARATORS = " \t'\":=[("
 _WORD = re.compile(r"(?:\([\w/ ]{1,30}\)|[A-Za-z_][\w./%-]*)\Z")
 _NOT_KEY_WORDS = {"nan", "inf", "infinity", "e"}
+_QUALIFIED = re.compile(r"(?<![\w.])[A-Za-z_]\w*\Z")  # a word glued to the parenthesised qualifier after it
 _SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
@@ -131,6 +134,9 @@ def _key_before(text: str, start: int) -> str:
         m = _WORD.search(left)
         if not m or m[0].lower() in _NOT_KEY_WORDS:
             break
+        if m[0].startswith("(") and (named := _QUALIFIED.search(left[: m.start()])):
+            # MMEngine's `Epoch(train) [4][5/5]`, `Iter(val) [50]`: the word before the qualifier names the number
+            m = named
         words.insert(0, m[0])
         left = left[: m.start()]
         if not left.endswith(" ") or left.endswith("  ") or not left.strip():
@@ -154,8 +160,67 @@ def is_loss_key(key: str) -> bool:
     return "loss" in key or last in LOSS_ALIASES[:2]
 
 
+# --- evaluation words -----------------------------------------------------------------------
+# The one vocabulary of evaluation passes: a key, a line or a bar named so reports an evaluation's results or
+# progress, never the training loop's. (word, where it counts, what a headline calls it, where it comes from.)
+# "anywhere": in a key, anywhere in a line; "label": a short word only as the line's own label, before its first
+# number — `loss: 0.3 val 0.4` is a training line that prints a validation figure.
+EVAL_WORDS = (
+    (r"eval\w*", "anywhere", "evaluation", "HF Trainer's eval_loss and `***** Running Evaluation *****`, TRL, DeepSpeed-Chat"),
+    (r"valid\w*", "anywhere", "validation", "fairseq's `valid on 'valid' subset`, Lightning's Validation bar, nnU-Net"),
+    (r"test(?:ing)?", "anywhere", "test", "MMEngine's `Epoch(test)`, Lightning's Testing bar"),
+    (r"inference", "anywhere", "inference", "detectron2's `Start inference on N batches`"),
+    (r"val", "label", "validation", "MMEngine's `Epoch(val) [4][1/8]` and `Iter(val)`, Lightning's val_loss, YOLO"),
+    (r"dev", "label", "dev set", "PaddleNLP and other NLP loops' `dev step: 50 - loss: …` (the dev split)"),
+    (r"predict\w*", "label", "prediction", "PaddleNLP's and HF's `Running Prediction`, Lightning's Predicting bar"),
+    (r"sanity", "label", "sanity check", "Lightning's `Sanity Checking` bar"),
+)
+_ANYWHERE = "|".join(w for w, where, _, _ in EVAL_WORDS if where == "anywhere")
+_ALL_EVAL = "|".join(w for w, *_ in EVAL_WORDS)
+EVAL_WORD = re.compile(rf"(?i)\b(?:{_ALL_EVAL})\b")  # in a bar's description, which is all label
+_EVAL_KEY = re.compile(rf"(?:^|[ _/])(?:{_ALL_EVAL})(?:$|[ _/])|^(?:{_ANYWHERE})")
+_EVAL_LINE = re.compile(rf"(?i)\b(?:{_ANYWHERE})\b|^[^#]*\b(?:{_ALL_EVAL})\b")
+
+
 def is_eval_key(key: str) -> bool:
-    return bool(re.search(r"(?:^|[ _/])(?:val|valid|validation|eval|test|dev)(?:$|[ _/])|^(?:val|eval|test|valid)", key))
+    return bool(_EVAL_KEY.search(key))
+
+
+def is_eval_template(tpl: str) -> bool:
+    """An evaluation's line: an evaluation word anywhere, or a short one as its label (before its first number)."""
+    return bool(_EVAL_LINE.search(tpl))
+
+
+def eval_noun(text: str) -> str:
+    """What a headline calls the evaluation a text names: "validation" for `Epoch(val)`, "dev set" for `dev step`."""
+    for word, _, noun, _ in EVAL_WORDS:
+        if re.search(rf"(?i)\b{word}\b", text):
+            return noun
+    return "evaluation"
+
+
+# --- summary blocks ---------------------------------------------------------------------------
+# A trainer's summary block is configuration, printed once (or again at each evaluation), never progress: its
+# lines are `key phrase = value` and nothing else, whatever the words. The shapes seen, with where each comes
+# from (tests hold SETTING to every one).
+SUMMARY_LINES = (
+    ("  Num examples = 1,000", "HF Trainer's `***** Running training *****` block (transformers 4 and 5, TRL, LLaMA-Factory)"),
+    ("  Total optimization steps = 2,290", "HF Trainer's training block"),
+    ("  Total train batch size (w. parallel, distributed & accumulation) = 32", "HF Trainer's training block"),
+    ("  Number of trainable parameters = 4,194,304", "HF Trainer's training block"),
+    ("  Total prediction steps = 3", "PaddleNLP Trainer's `***** Running Evaluation *****` block, at every evaluation"),
+    ("  Total optimization steps = 1300.0", "PaddleNLP Trainer's training block"),
+    ("  train_runtime            = 0:10:12.34", "HF Trainer's `***** train metrics *****` block"),
+    ("  epoch                    =        3.0", "HF Trainer's metrics blocks"),
+    ("scale_loss                    :32768", "PaddleNLP's `Training Configuration Arguments` table (a padded name, `:`)"),
+)
+SETTING = re.compile(r"[A-Za-z][A-Za-z_ .()/&,'-]{0,100}?(?:[ \t]+=[ \t]+|[ \t]{2,}:[ \t]*)[-+]?[\d.,:]+(?:[eE][-+]?\d+)?[ \t]*")
+
+
+def is_setting(text: str) -> bool:
+    """A summary block's line: a phrase of words (no number in it), " = " or a name padded to its column and
+    `:`, one value, nothing after."""
+    return (" = " in text or "  :" in text) and SETTING.fullmatch(message(text)) is not None
 
 
 # --- templates ------------------------------------------------------------------------------
@@ -166,7 +231,12 @@ _BAR_BODY = re.compile(r"\|[ █▉▊▋▌▍▎▏#=>.\-━╸╺]{0,120}\|")
 
 
 def template(text: str) -> str:
-    return _TEMPLATE_NUM.sub("#", _BAR_BODY.sub("|#|", text)).strip()
+    """The line with its numbers taken out, and the blanks around them: right-aligned numbers pad themselves
+    (`Epoch: [2] [  0/464]`, `[200/464]`; `epoch:  9`, `epoch: 10`), and the padding goes with the number, or
+    one statement would print a new template whenever a number grew a digit. (Split and joined, not one regex
+    with blanks around the number: that one was twice as slow, and quadratic in a run of blanks.)"""
+    shape = _TEMPLATE_NUM.sub("#", _BAR_BODY.sub("|#|", text))
+    return "#".join(part.strip(" \t") for part in shape.split("#")).strip()
 
 
 # --- line timestamps ------------------------------------------------------------------------

@@ -27,7 +27,9 @@ from bot.core.grammar import (
     Field,
     fields,
     is_eval_key,
+    is_eval_template,
     is_loss_key,
+    is_setting,
     template,
 )
 
@@ -38,13 +40,11 @@ READ_PER_TEMPLATE = 48  # lines of one template read closely: several epochs of 
 _NOT_PROGRESS = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception|raise |return |[\w.]+\()'
                            r"|\w\.{4,}|^[ \t]*--?[\w-]+[ \t=]|\b(?:argv|args|cmd|config|Namespace)\b[ \t]*[=:(]"
                            r"|^[\w.]*(?:Error|Exception|Warning)\b:|warnings?\.warn|\bwarn(?:ing)?:|^[ \t]*\w+ = ", re.I)
-# Templates of evaluation passes and summaries: their numbers are results, not the loop's counter.
-_EVAL_TEMPLATE = re.compile(r"(?i)\b(?:eval\w*|valid\w*|test(?:ing)?|inference)\b")
 # Results printed once at the end, which look like step lines: HF's metrics dict, throughput summaries.
 END_METRICS = re.compile(r"(?i)['\"]?train_runtime['\"]?\s*[:=]|train_samples_per_second|Overall training speed")
 _STEP_PREFERENCE = {k: i for i, k in enumerate(STEP_KEYS)}
 # A tqdm or Keras frame: read by bot.core.bars, whose role (loading, evaluating, the loop…) decides.
-_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d%[ \t]+[A-Za-z][A-Za-z ]{0,30}\\?\|[ \t]*\d+/\d+[ \t]*\[|\d/\d+[ \t]+\[[=>.]{5,}\]|(?<!\d)\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
+_IS_BAR = re.compile(r"\d%\|[^|]{0,200}\|[ \t]*\d|\d%[ \t]+\d+(?:\.\d+)?[kMG]?/\d+(?:\.\d+)?[kMG]?[ \t]*\[[\d:]+<|\d%[ \t]+[A-Za-z][A-Za-z ]{0,30}\\?\|[ \t]*\d+/\d+[ \t]*\[|\d/\d+[ \t]+\[[=>.]{5,}\]|(?<!\d)\d+(?:it|[ \t]?examples)[ \t]*\[\d+:\d\d")
 _METRIC_WORDS = re.compile(r"loss|lr|learning|norm|acc|ppl|perplexity|mfu|flops|tok|time|elapsed|eta|speed|throughput|reward|"
                            r"grad|score|map|miou|dice|bleu|psnr|error|err\b|kl|entropy", re.I)
 
@@ -85,7 +85,7 @@ def read_line(text: str, *, alone: bool = True) -> Step | None:
     """One cleaned line read as a progress line. `alone`: it must say so by itself — a step key or an
     n/total counter beside a metric, or a loss beside a rate — since no series vouches for it."""
     line = _candidate(0, text)
-    if line is None or (alone and (END_METRICS.search(text) or _EVAL_TEMPLATE.search(line.template))):
+    if line is None or (alone and (END_METRICS.search(text) or is_eval_template(line.template))):
         return None
     fs = line.fields
     ok = [i for i, f in enumerate(fs) if f.is_int and f.finite and f.value >= 0]
@@ -112,7 +112,8 @@ def _plural(key: str) -> bool:
 
 def _candidate(index: int, raw: str) -> _Line | None:
     text = clean(raw)
-    if len(text) > 2000 or not any(c.isdigit() for c in text) or _NOT_PROGRESS.search(text) or _IS_BAR.search(text):
+    if (len(text) > 2000 or not any(c.isdigit() for c in text) or _NOT_PROGRESS.search(text) or _IS_BAR.search(text)
+            or is_setting(text)):
         return None
     fs = tuple(fields(text, MAX_FIELDS + 1))
     if not fs or len(fs) > MAX_FIELDS:
@@ -232,6 +233,9 @@ def _step(line: _Line, counter: int | None, stamp: float | None) -> Step:
     total = c.total if c is not None else None
     if c is not None and total is None:  # NeMo: `iteration 10/999 | … | global_step: 10`: the same count, with its total
         total = next((f.total for f in fs if f.total is not None and f.value == c.value and f is not c), None)
+    if c is not None and total is None and counter + 1 < len(fs):  # `step: 1050 (total: 1060)`, `step 5 of 100`
+        after = fs[counter + 1]
+        total = int(after.value) if after.key in _TOTAL_KEYS and after.is_int and after.value >= c.value else None
     return Step(
         line=line.text.strip(),
         step=int(c.value) if c is not None and not counter_is_epoch else None,
@@ -253,6 +257,7 @@ def _step(line: _Line, counter: int | None, stamp: float | None) -> Step:
     )
 
 
+_TOTAL_KEYS = ("total", "of")  # the key of a counter's total printed as a field of its own, right after it
 _LR_KEY = re.compile(r"(?:^|[/_ -])(?:lr|learning[_ ]rate)(?:$|[/_ -])")
 
 
@@ -265,15 +270,29 @@ def _non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
     return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or "norm" in f.key) and not is_eval_key(f.key))
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a window's progress lines say: the loop's latest series, and the latest evaluation pass's
+    progress line (`Epoch(val)  [4][1/8]`, `dev step: 50/200`) — a counter with a total in an evaluation's
+    template, which the loop's series never takes."""
+
+    steps: tuple[Step, ...] = ()
+    evaluation: Step | None = None
+
+
 def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = ()) -> tuple[Step, ...]:
     """The run's latest progress series, oldest first (at most KEPT_STEPS).
 
     `lines` are the window's lines (index = position); `earlier` are progress-looking lines from further
     back (the probe's grep), used only when the window has none. Lines of one template form a series;
     the series whose last line comes latest and is not an evaluation is the loop's."""
+    return read_progress(lines, stamps, earlier).steps
+
+
+def read_progress(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = ()) -> Progress:
     found = _series([(i, t) for i, t in enumerate(lines)], stamps)
-    if not found and earlier:
-        found = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(earlier)], ())
+    if not found.steps and earlier:
+        found = Progress(_series([(-len(earlier) + i - 1, t) for i, t in enumerate(earlier)], ()).steps, found.evaluation)
     return found
 
 
@@ -283,23 +302,35 @@ RECENT_LINES = 400
 _DIGIT = re.compile(r"\d")
 
 
-def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None]) -> tuple[Step, ...]:
+@dataclass(frozen=True)
+class _Found:
+    rank: int
+    group: list[_Line] | None  # the loop's series; None: no loop among the lines
+    counter: int | None
+    groups: dict
+    evaluation: _Line | None  # the latest evaluation line with an n/total counter
+
+
+def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None]) -> Progress:
     with_digits = [(i, t) for i, t in numbered if _DIGIT.search(t)]
     found = _latest(with_digits[-RECENT_LINES:])
-    if len(with_digits) > RECENT_LINES and (found is None or found[0] > 0):
+    if len(with_digits) > RECENT_LINES and (found.group is None or found.rank > 0):
         found = _latest(with_digits)
-    if found is None:
-        return ()
-    _, group, counter, groups = found
-    kept = group[-KEPT_STEPS:]
-    steps = tuple(_step(line, counter, _stamp(stamps, line.index)) for line in kept)
+    evaluation = None
+    if (line := found.evaluation) is not None:
+        counter = max(i for i, f in enumerate(line.fields) if f.total is not None)
+        evaluation = _step(line, counter, _stamp(stamps, line.index))
+    if found.group is None:
+        return Progress((), evaluation)
+    kept = found.group[-KEPT_STEPS:]
+    steps = tuple(_step(line, found.counter, _stamp(stamps, line.index)) for line in kept)
     if steps[-1].step is None:
-        steps = _borrow_counter(steps, groups)
-    return steps
+        steps = _borrow_counter(steps, found.groups)
+    return Progress(steps, evaluation)
 
 
-def _latest(numbered: Sequence[tuple[int, str]]) -> tuple[int, list[_Line], int | None, dict] | None:
-    """(rank, group, counter, all groups) of the latest best-ranked series among these lines, or None."""
+def _latest(numbered: Sequence[tuple[int, str]]) -> _Found:
+    """The latest best-ranked series among these lines, and the latest evaluation line with a total."""
     # Lines grouped by template first (cheap), and only each template's last lines read field by field:
     # the latest series is what counts.
     by_template: dict[str, list[tuple[int, str]]] = defaultdict(list)
@@ -313,8 +344,12 @@ def _latest(numbered: Sequence[tuple[int, str]]) -> tuple[int, list[_Line], int 
     # (rank, last index, group, counter): a template that recurs with a counter is a loop; one line
     # alone, or lines with a loss but no counter (HF's dicts), only when nothing better is there.
     ranked: list[tuple[int, int, list[_Line], int | None]] = []
+    evaluation: _Line | None = None
     for tpl, group in groups.items():
-        if _EVAL_TEMPLATE.search(tpl) and not _train_words(tpl):
+        if is_eval_template(tpl) and not _train_words(tpl):
+            last = group[-1]
+            if any(f.total is not None and f.is_int for f in last.fields) and (evaluation is None or last.index > evaluation.index):
+                evaluation = last
             continue
         counter = _choose_counter(group)
         has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
@@ -325,12 +360,12 @@ def _latest(numbered: Sequence[tuple[int, str]]) -> tuple[int, list[_Line], int 
         rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and has_loss else 2
         ranked.append((rank, group[-1].index, group, counter))
     if not ranked:
-        return None
+        return _Found(3, None, None, groups, evaluation)
     best_rank = min(r for r, *_ in ranked)
     # The latest loop; a lesser series only when it comes later and no loop does (a summary after
     # the loop is not the loop).
     rank, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
-    return rank, group, counter, groups
+    return _Found(rank, group, counter, groups, evaluation)
 
 
 def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
@@ -370,6 +405,19 @@ def bar_step(bar: Bar, index: int = -1) -> Step:
     return Step(line=bar.frame, step=bar.n, total=bar.total, loss=loss, rate=rate, rate_unit=unit,
                 epoch=float(bar.epoch) if bar.epoch is not None else None, counter="batch" if bar.epoch is not None else "step",
                 loss_key=loss_key, index=index, fmt="bar", non_finite=_non_finite(fs))
+
+
+def announced_at(step: Step, text: str, number: int | None) -> Step:
+    """The loop's place as an announcement names it, where that is later than its last progress line: a loop
+    that logs every 10th iteration counting from 0 and saves at the 1000th prints `iter 990` and then `saving
+    checkpoint at iteration 1000` — it stands at 1000. Only a number printed after the loop's own counter word
+    (or HF's `checkpoint-1000`, which is the global step) counts, and never one past the loop's total."""
+    if number is None or step.step is None or step.counter is None or number <= step.step or (step.total and number > step.total):
+        return step
+    word = re.escape(step.counter.split()[-1].split("/")[-1])
+    names = re.search(rf"(?i)\b{word}\w*[ \t_=:#-]*0*{number}\b", text) or (
+        step.counter in ("step", "global_step", "global step") and re.search(rf"checkpoint[-_]0*{number}\b", text))
+    return replace(step, step=number) if names else step
 
 
 def final_count(lines: Sequence[str], step: Step) -> Step:

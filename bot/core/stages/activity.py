@@ -113,8 +113,9 @@ _NOISE = re.compile(r"(?i)warn|error|exception|traceback|^\s|wandb|^\W*$|frame #
 def _open_marker(ev: Evidence, after: int) -> Marker | None:
     """The latest announcement after the last progress that nothing has closed since."""
     current: Marker | None = None
+    glued = {b.index: b.after for b in ev.bars if b.after}  # a message written after a bar's frame came after it
     for m in ev.markers:
-        if m.index <= after:
+        if m.index < after or (m.index == after and glued.get(m.index) != m.text):
             continue
         if current is not None and _CLOSES.get(current.kind) is m.kind:
             current = None

@@ -10,7 +10,7 @@ from bot.core import humanize as hz
 from bot.core.evidence import Evidence
 from bot.core.facts import Kind, Process, Step
 from bot.core.gpus import GpuReport
-from bot.core.progress import final_count
+from bot.core.progress import announced_at, final_count
 from bot.core.stages import findings as fd
 from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
@@ -115,9 +115,11 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
             what = f"{lead}preparing the dataset: {announced(doing.marker, 60)}"
         elif doing.phase is Phase.EVALUATING and re.search(r"\d", announced(doing.marker)):
             what = f"evaluating: {announced(doing.marker, 60)}"  # "Start inference on 5000 batches"
-        # "checkpoint-1000" says more than an HF dict's "epoch 0.12".
+        # "checkpoint-1000" says more than an HF dict's "epoch 0.12"; `saving checkpoint at iteration 1000` more
+        # than the last step line's 990.
         marker_at = f" at step {doing.marker.step}" if doing.marker.step is not None and (
-            step is None or step.step is None) else at
+            step is None or step.step is None) else (
+            f" at {words.counter(announced_at(step, doing.marker.text, doing.marker.step))}" if at else at)
         return f"{what}{marker_at}{_so_far(ev, doing.marker.index)}"
     if not ev.lines:
         started = f"started {hz.duration(writer.elapsed_s)} ago, " if writer is not None and writer.elapsed_s is not None else ""
