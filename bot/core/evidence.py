@@ -22,7 +22,8 @@ _DEVICE_HINT = re.compile(r"cuda:\d+|\bgpu\s*\d|\bdevice\b|\brank\s*\d", re.I)
 _HIDDEN = re.compile(r"^# hidden (\d{1,9})$", re.M)
 _MOVED = re.compile(r"^# moved (.+)$", re.M)
 _NEAR = re.compile(r"^# near$", re.M)
-_PROC_LINE = re.compile(r"\s*(\d+)\s+(\S+)\s+(.*)")
+# `ps -o pid=,etimes=,stat=,args=`; probes saved before the state was asked for have no stat column.
+_PROC_LINE = re.compile(r"\s*(\d+)\s+(\S+)\s+(?:([DIRSTtWXZ][<NLsl+]*)\s+)?(.*)")
 _NESTED = re.compile(r"\x1b\[A")  # tqdm moves the cursor up after a bar drawn at position >= 1
 
 
@@ -163,7 +164,8 @@ def parse_processes(text: str) -> tuple[Process, ...]:
         m = _PROC_LINE.match(line)
         if m:
             elapsed = m.group(2)
-            found.append(Process(int(m.group(1)), int(elapsed) if elapsed.isdigit() else None, printable(m.group(3))))
+            found.append(Process(int(m.group(1)), int(elapsed) if elapsed.isdigit() else None, printable(m.group(4)),
+                                 state=m.group(3)))
     return tuple(found)
 
 

@@ -73,6 +73,12 @@ class Process:
     pid: int
     elapsed_s: int | None  # seconds since it started
     command: str
+    state: str | None = None  # ps's STAT ("Sl", "R+", "T"); None where the probe did not ask
+
+    @property
+    def paused(self) -> bool:
+        """Stopped by a signal (SIGSTOP, Ctrl-Z: T) or by a debugger (t): alive, but it runs no code."""
+        return self.state is not None and self.state[:1] in ("T", "t")
 
 
 @dataclass(frozen=True)

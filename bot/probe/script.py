@@ -250,7 +250,7 @@ writers() {
   pids=${pids% }; pids=${pids// /,}
   echo "# hidden $HIDDEN"
   if [ -z "$pids" ]; then moved || near; return 0; fi
-  ps -o pid=,etimes=,args= -p "$pids" | cut -c "1-$LINE_CAP"
+  ps -o pid=,etimes=,stat=,args= -p "$pids" | cut -c "1-$LINE_CAP"
 }
 
 near() {  # nobody writes $LOG: a training process working in its folder may open it for each write
@@ -273,7 +273,7 @@ near() {  # nobody writes $LOG: a training process working in its folder may ope
   [ -n "$pids" ] || return 0
   echo '# near'
   # The probe's own subshells share its folder when runbot runs from the log's: their command line holds the nonce.
-  ps -o pid=,etimes=,args= -p "$pids" | grep -aE -- "$PROC_HINT" | grep -av -e "$NONCE" | cut -c "1-$LINE_CAP"
+  ps -o pid=,etimes=,stat=,args= -p "$pids" | grep -aE -- "$PROC_HINT" | grep -av -e "$NONCE" | cut -c "1-$LINE_CAP"
   return 0
 }
 
@@ -290,7 +290,7 @@ moved() {  # nobody writes $LOG: does a process write another file of its folder
       (( (8#$flags & 3) == 0 )) && continue
       printf '# moved %s\n' "$c"
       stat -L -c 'size=%s mtime=%Y' -- "$c"
-      ps -o pid=,etimes=,args= -p "$pid" | cut -c "1-$LINE_CAP"
+      ps -o pid=,etimes=,stat=,args= -p "$pid" | cut -c "1-$LINE_CAP"
       mark moved.window; tail -c "$MOVED_WINDOW" -- "$c"
       return 0
     done
@@ -316,7 +316,7 @@ procs() {
   skip=" $(ancestors | tr '\n' ' ')"
   # Snapshot first: a ps piped into grep would list that grep, whose arguments match the hint.
   local list
-  list=$(ps -eo pid=,etimes=,args=) || return 1
+  list=$(ps -eo pid=,etimes=,stat=,args=) || return 1
   printf '%s\n' "$list" | awk -v skip="$skip" 'index(skip, " " $1 " ") == 0' \
     | grep -aE -- "$PROC_HINT" | grep -v -e "$NONCE" | head -n 20 | cut -c 1-300
 }

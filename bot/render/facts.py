@@ -75,7 +75,8 @@ def _trend_row(v: Verdict) -> Row | None:
 def _process_rows(v: Verdict) -> list[Row]:
     if v.writer is not None:
         w = v.writer
-        return [Row("writer", f"pid {w.pid} · up {hz.duration(w.elapsed_s)} · {hz.command(w.command, 60)}")]
+        stopped = " · stopped (paused)" if w.paused else ""
+        return [Row("writer", f"pid {w.pid} · up {hz.duration(w.elapsed_s)}{stopped} · {hz.command(w.command, 60)}")]
     if v.process is not None:
         return [Row("process", f"pid {v.process.pid} · {hz.command(v.process.command, 60)}")]
     if v.hidden_processes:

@@ -105,7 +105,7 @@ def _process(p: Process | None) -> Json | None:
     if p is None:
         return None
     command = clean_line(p.command)  # redact first, cut after: a cut could leave half a token unrecognised
-    return {"pid": p.pid, "up_s": p.elapsed_s,
+    return {"pid": p.pid, "up_s": p.elapsed_s, "paused": p.paused,
             "command": command if len(command) <= COMMAND_CHARS else command[: COMMAND_CHARS - 1] + "…"}
 
 

@@ -4,7 +4,7 @@ its phase and level (the worst of its findings), its concerns, and the one line 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from bot.core import humanize as hz
 from bot.core.evidence import Evidence
@@ -253,6 +253,9 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             head = f"stopped before the first step — process gone, last line: {_last_line(ev)}"
         return verdict(Phase.STOPPED, Level.CRIT, head, [Concern(Worry.STOPPED)], said=at_said)
 
+    if life.life is Life.PAUSED:
+        return _paused(ev, doing, step, life, fresh.age, training_threshold, at_said, verdict)
+
     phase = doing.phase
     if life.life is Life.MOVED:
         moved = ev.moved
@@ -314,3 +317,18 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             level = Level.WARN
             describe += "; " + ", ".join(words.finding(f) for f in idle)
     return verdict(phase, level, with_findings(describe), threshold=threshold, said=with_findings_said() | progress_said())
+
+
+def _paused(ev: Evidence, doing: Doing, step: Step | None, life: Liveness, age: float | None, threshold: float,
+            at_said: set[Said | Finding], verdict: Callable[..., Verdict]) -> Verdict:
+    """The writer is stopped (state T: SIGSTOP, Ctrl-Z, a debugger): nothing it does moves until someone resumes
+    it. Said at once (a warning), and alerted like silence once the log has been still past the threshold."""
+    still = max(v for v in (age, ev.silent_for, 0.0) if v is not None)
+    where = f"last {words.counter(step) or words.progress(step)}" if step is not None else "before the first step"
+    head = (f"paused — process {life.writer.pid} is stopped (SIGSTOP, Ctrl-Z or a debugger; `kill -CONT "
+            f"{life.writer.pid}` resumes it) · {where}")
+    if still > threshold:
+        return verdict(Phase.SILENT, Level.CRIT, f"{head} · silent {hz.duration(still)}", [Concern(Worry.SILENT)],
+                       threshold=threshold, said=at_said)
+    return verdict(doing.phase, Level.WARN, head, threshold=threshold,
+                   alert=False, said=at_said)

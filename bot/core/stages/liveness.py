@@ -19,6 +19,7 @@ class Life(str, enum.Enum):
     UNSEEN = "unseen"  # no writer seen, but the probe was not allowed to see every process's files
     MOVED = "moved"  # nobody writes the log, but a process writes another file of its folder (rotated away)
     NEAR = "near"  # nobody holds the log open, but a training process works in its folder: it opens the log per write
+    PAUSED = "paused"  # the writer is there but stopped (SIGSTOP, Ctrl-Z in tmux, a debugger): it runs no code
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,13 @@ def main_writer(writers: Sequence[Process]) -> Process | None:
 def liveness(ev: Evidence) -> Liveness:
     writer = main_writer(ev.writers)
     if writer is not None:
-        return Liveness(Life.ALIVE, writer)
+        return Liveness(Life.PAUSED if writer.paused else Life.ALIVE, writer)
     if ev.moved is not None:
         return Liveness(Life.MOVED, ev.moved.process)
     if near := main_writer([p for p in ev.near if TRAINING_PROCESS.search(p.command)]):
         # `with open(log, "a") as f: f.write(...)` each step (nanoGPT-style loops) holds nothing open
         # between writes; its process, working in the log's folder, is the run.
-        return Liveness(Life.NEAR, near)
+        return Liveness(Life.PAUSED if near.paused else Life.NEAR, near)
     # A log written seconds ago with no writer seen is not alive when the probe saw every process:
     # a killed compile must not read "compiling — 7 s so far".
     return Liveness(Life.UNSEEN if ev.hidden_processes else Life.GONE)
