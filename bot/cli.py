@@ -186,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
                 "0  the demo ran through")
     d.add_argument("--cluster", action="store_true",
                    help="a Proxmox node (a loopback sshd), two CTs and Slack (stand-ins) on this machine: init, doctor, "
-                        "discover, status and serve with an alert thread; needs openssh-server; about 2 minutes")
+                        "discover, status and serve with an alert thread; needs openssh-server; about a minute")
     d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
     return p
 

@@ -105,7 +105,7 @@ class Demo:
         silence = "4s" if scale >= 1 else "2s"
         config = folder / "runs.toml"
         every = "2s" if scale >= 1 else "1s"  # the fast demo's silence is short: sweep often enough to see it
-        config.write_text(_CONFIG.format(log=_toml_string(str(self.log)), silence=silence, every=every))
+        config.write_text(_CONFIG.format(log=toml_string(str(self.log)), silence=silence, every=every))
         self.registry = load_registry(config)
         self.run = self.registry.runs["demo"]
         self.runner = LocalRunner({"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
@@ -147,7 +147,8 @@ class Demo:
         return verdict
 
 
-def _toml_string(text: str) -> str:
+def toml_string(text: str) -> str:
+    """text as a TOML basic string (the demos write paths into their configs)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

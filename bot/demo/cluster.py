@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bot.demo import install_smi
+from bot.demo import install_smi, toml_string
 from bot.demo.lab.slack import APP_TOKEN, BOT_TOKEN, SlackStub
 from bot.demo.lab.sshd import SshLab, have_sshd
 
@@ -29,8 +29,8 @@ _CT_PS = """#!/usr/bin/env bash
   'BEGIN {{ n = split(keep, k, " "); for (i = 1; i <= n; i++) mine[k[i]] = 1 }} $1 in mine || $1 !~ /^[0-9]+$/'
 """
 # The other CT's train.py: a run nobody configured yet, for `discover` to find (a few steps, then it waits).
-_OTHER_JOB = ("import sys, time\nfor s in range(1, 6):\n    print(f'step={s * 10} loss={3 - s / 10:.2f} tok/s=9800', flush=True)\n"
-              "time.sleep(900)\n")
+_OTHER_JOB = ("import sys, time\nfor s in range(1, 6):\n"
+              "    print(f'step={s * 10} loss={3 - s / 10:.2f} tok/s=9800', flush=True)\ntime.sleep(900)\n")
 
 _CONFIG = """\
 # Written by `runbot demo --cluster` for its lab: a Proxmox node on 127.0.0.1 with its own keys.
@@ -69,10 +69,6 @@ def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def _toml(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 class Walk:
     """The lab (sshd, CTs, Slack stand-in), its config, and each step's command as a user types it."""
 
@@ -91,7 +87,7 @@ class Walk:
                     "SLACK_APP_TOKEN": APP_TOKEN, "SLACK_API_BASE_URL": self.slack.api_url}
         for name in ("RUNBOT_STATE_DB", "RUNBOT_LOG_LEVEL", "SLACK_SIGNING_SECRET", "PORT"):
             self.env.pop(name, None)
-        self.job: subprocess.Popen | None = None
+        self.log = folder / "ct200" / "train.log"  # run train-7b's, in CT 200
 
     # -- the lab --
 
@@ -118,11 +114,10 @@ class Walk:
     def start_jobs(self) -> None:
         ct200 = self.folder / "ct200"
         bin_dir = self._ct(200, RUN, ct200)
-        self.log = ct200 / "train.log"
         phase_file = ct200 / "phase"
         phase_file.write_text("importing")
         install_smi(bin_dir, phase_file)
-        self.job = self._spawn(bin_dir, [sys.executable, "-m", "bot.demo.job", str(phase_file), str(self.scale),
+        self._spawn(bin_dir, [sys.executable, "-m", "bot.demo.job", str(phase_file), str(self.scale),
                                          str(self.cues)], self.log)
         ct201 = self.folder / "ct201"
         bin_dir = self._ct(201, "llama-13b", ct201)
@@ -131,11 +126,11 @@ class Walk:
 
     def write_config(self) -> None:
         fast = self.scale < 1
+        q = toml_string
         self.config.write_text(_CONFIG.format(
-            every="1s" if fast else "2s", channel=CHANNEL, state_db=_toml(str(self.folder / "state.sqlite3")),
-            host=HOST, port=self.srv.port, user=_toml(self.lab.user), key=_toml(str(self.lab.client_key)),
-            known_hosts=_toml(str(self.lab.known_hosts)), run=RUN, log=_toml(str(self.log)),
-            silence="3s" if fast else "6s"))
+            every="1s" if fast else "2s", channel=CHANNEL, state_db=q(str(self.folder / "state.sqlite3")),
+            host=HOST, port=self.srv.port, user=q(self.lab.user), key=q(str(self.lab.client_key)),
+            known_hosts=q(str(self.lab.known_hosts)), run=RUN, log=q(str(self.log)), silence="3s" if fast else "6s"))
 
     # -- what the user sees --
 
@@ -209,6 +204,11 @@ class _Stuck(Exception):
         self.log = log
 
 
+def _interrupted(*_: object) -> None:
+    """SIGTERM ends the demo as Ctrl-C does: through the same cleanup."""
+    raise KeyboardInterrupt
+
+
 def _end(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -261,8 +261,7 @@ def run_cluster_demo(*, fast: bool = False) -> int:
         print(MISSING_SSHD, file=sys.stderr)
         return 1
     _say("runbot demo --cluster — a Proxmox node, two CTs and Slack, all on 127.0.0.1, walked through as you would.\n")
-    # SIGTERM ends the demo as Ctrl-C does: through the cleanup below.
-    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    previous = signal.signal(signal.SIGTERM, _interrupted)
     try:
         with tempfile.TemporaryDirectory(prefix="runbot-cluster-") as tmp, contextlib.ExitStack() as stack:
             try:
