@@ -222,6 +222,9 @@ def _parser() -> argparse.ArgumentParser:
                 "Start a simulated training job here and show what runbot says of each of its\n"
                 "phases, and the watchdog's alert thread as it happens. About 40 seconds.",
                 "0  the demo ran through")
+    d.add_argument("--cluster", action="store_true",
+                   help="a Proxmox node (a loopback sshd), two CTs and Slack (stand-ins) on this machine: init, doctor, "
+                        "discover, status and serve with an alert thread; needs openssh-server; about a minute")
     d.add_argument("--fast", action="store_true", help=argparse.SUPPRESS)  # shorter phases, for tests
     return p
 
@@ -243,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     if args.command == "demo":
+        if args.cluster:
+            from bot.demo.cluster import run_cluster_demo  # noqa: PLC0415 - only the demo needs it
+
+            return run_cluster_demo(fast=args.fast)
         from bot.demo import run_demo  # noqa: PLC0415 - only the demo needs it
 
         return run_demo(fast=args.fast)

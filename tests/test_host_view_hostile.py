@@ -23,7 +23,7 @@ from bot.service.host_view import host_lines
 from config.registry import load_registry
 from handlers.commands import dispatch
 from tests.host_standins import FLOOD, can_make_namespaces, ct_namespaces, forge, hostile_ct
-from tests.sshd import SKIP_REASON, have_sshd
+from tests.sshd import PCT_BIN, SKIP_REASON, have_sshd
 from tests.standins import REPO
 from tests.test_host_view import slack_code
 from tests.test_host_view_ssh import Box, ChatUpdates, probe
@@ -226,7 +226,7 @@ def test_the_bot_stops_reading_an_answer_past_its_bound_over_ssh_and_here(box):
 def test_a_host_whose_answer_floods_is_read_to_the_bound_and_says_so(box):
     # Not a CT: the host's own `pct list` printing 40 MB after its list (the host's caps are not the bot's only one).
     pct = box.bin / "pct"
-    pct.write_text(f"#!/bin/bash\n[ \"$1\" = list ] || exec {REPO}/tests/bin/pct \"$@\"\n{REPO}/tests/bin/pct list\n"
+    pct.write_text(f"#!/bin/bash\n[ \"$1\" = list ] || exec {PCT_BIN}/pct \"$@\"\n{PCT_BIN}/pct list\n"
                    "head -c 40000000 /dev/zero | tr '\\0' x\n")
     pct.chmod(0o755)
     box.srv.set_ct(200, "running", "train-7b")

@@ -1,5 +1,5 @@
 """runbot on the Proxmox node itself: `host = "local"` with `container` enters the CT with a local `pct exec`
-(issue 22 #2), with pct's failures read as over SSH. `pct` is the tests' stand-in (tests/bin/pct)."""
+(issue 22 #2), with pct's failures read as over SSH. `pct` is the tests' stand-in (bot/demo/lab/bin/pct)."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from config.registry import load_registry
 # index,pci.bus_id,… gets the bus ids that window names.
 _FAKE_SMI = r"""#!/usr/bin/env bash
 phase=$(cat {phase} 2>/dev/null || echo none)
+case " $* " in *" -L "*) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)"; echo "GPU 1: NVIDIA H200 (UUID: GPU-1)"; exit 0 ;; esac
 case " $* " in *" -q "*) cat {folder}/window-"$phase" 2>/dev/null || cat {folder}/window-none; exit 0 ;; esac
 b0='' b1=''
 case " $* " in *" --query-gpu=index,pci.bus_id,"*) b0=' {bus0},' b1=' {bus1},' ;; esac
@@ -77,6 +78,19 @@ _SCRIPT = (
 )
 
 
+def install_smi(bin_dir: Path, phase_file: Path) -> Path:
+    """Write into bin_dir an nvidia-smi that follows the phase the job writes to phase_file (two H200s)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(_FAKE_SMI.format(phase=shlex.quote(str(phase_file)), folder=shlex.quote(str(bin_dir)),
+                                    bus0=bus_id(0), bus1=bus_id(1)))
+    smi.chmod(0o755)
+    for phase, windows in _WINDOWS.items():  # the other phases (importing, silent, crashed) keep GPUs idle
+        gpus = [SmiGpu(bus_id(i), gpu=w[0], gpu_samples=Samples(*w)) for i, w in enumerate(windows)]
+        (bin_dir / f"window-{phase}").write_text(utilization_report(gpus))
+    return smi
+
+
 def _say(text: str = "") -> None:
     print(text, flush=True)
 
@@ -87,18 +101,11 @@ class Demo:
         self.log = folder / "train.log"
         self.phase_file = folder / "phase"
         bin_dir = folder / "bin"
-        bin_dir.mkdir()
-        smi = bin_dir / "nvidia-smi"
-        smi.write_text(_FAKE_SMI.format(phase=shlex.quote(str(self.phase_file)), folder=shlex.quote(str(bin_dir)),
-                                        bus0=bus_id(0), bus1=bus_id(1)))
-        smi.chmod(0o755)
-        for phase, windows in _WINDOWS.items():  # the other phases (importing, silent, crashed) keep GPUs idle
-            gpus = [SmiGpu(bus_id(i), gpu=w[0], gpu_samples=Samples(*w)) for i, w in enumerate(windows)]
-            (bin_dir / f"window-{phase}").write_text(utilization_report(gpus))
+        install_smi(bin_dir, self.phase_file)
         silence = "4s" if scale >= 1 else "2s"
         config = folder / "runs.toml"
         every = "2s" if scale >= 1 else "1s"  # the fast demo's silence is short: sweep often enough to see it
-        config.write_text(_CONFIG.format(log=_toml_string(str(self.log)), silence=silence, every=every))
+        config.write_text(_CONFIG.format(log=toml_string(str(self.log)), silence=silence, every=every))
         self.registry = load_registry(config)
         self.run = self.registry.runs["demo"]
         self.runner = LocalRunner({"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
@@ -140,7 +147,8 @@ class Demo:
         return verdict
 
 
-def _toml_string(text: str) -> str:
+def toml_string(text: str) -> str:
+    """text as a TOML basic string (the demos write paths into their configs)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
