@@ -204,11 +204,12 @@ def test_all_pass_exits_0_through_the_cli(install: Install) -> None:
     assert lines[-1] == f"{len(lines) - 1} checks: all passed"
     for name in ("configuration valid", "pve1: reachable", "pve1: host key known and matching", "pve1: authentication",
                  "pve1: pct present", "pve1 CT 200: running", "pve1 CT 200: nvidia-smi answering: 2 GPUs",
-                 f"pve1 CT 200: log {install.log} readable", "SLACK_APP_TOKEN a Socket Mode token",
+                 f"pve1 CT 200: log {install.log} readable", "Socket Mode (SLACK_APP_TOKEN)",
                  "SLACK_BOT_TOKEN accepted (auth.test): @runbot in Test", "scopes granted",
                  f"alert channel {ALERTS} reachable, bot in it: #alerts"):
         assert any(line.startswith(f"✓ {name}") for line in lines), (name, out.stdout)
     assert BOT_TOKEN not in out.stdout + out.stderr and APP_TOKEN not in out.stdout + out.stderr
+    assert "[redacted]" not in out.stdout  # doctor's own words are never taken for a `token: value`
     assert took < 10, took  # the loopback install, Python start-up included
 
 
