@@ -134,10 +134,13 @@ def test_serve_exports_metrics_and_pings_the_heartbeat(tmp_path, stub, checker):
             # The sweeps after it see the outbox empty again.
             families = stub.wait_for(lambda: (f := scrape(metrics_port)) and value(f, "runbot_outbox_messages") == 0 and f,
                                      timeout=30)
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz", timeout=10) as answer:
+                health = json.loads(answer.read())  # what the container's HEALTHCHECK asks (docs/deploy/Dockerfile)
         finally:
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+    assert health == {"ok": True}
     # Each run's verdict in numbers.
     assert value(families, "runbot_run_level", run="dflash") == int(Level.OK)
     assert value(families, "runbot_run_level", run="eagle") == int(Level.CRIT)

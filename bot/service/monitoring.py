@@ -42,15 +42,20 @@ class Monitoring(Observers):
 
 
 def metrics_app(metrics: Metrics) -> web.Application:
-    """GET /metrics, the Prometheus text format; nothing else is served on this listener."""
+    """GET /metrics, the Prometheus text format, and GET /healthz (as on the Slack port: the container's
+    HEALTHCHECK asks it, in Socket Mode too, where no Slack port is open); nothing else is served here."""
 
     async def scrape(_: web.Request) -> web.Response:
         # In a thread: a few hundred runs take a good fraction of a second to write out, and the loop has
         # sweeps and Slack to serve meanwhile (prometheus-client's metrics take their own locks).
         return web.Response(body=await asyncio.to_thread(metrics.exposition), headers={"Content-Type": CONTENT_TYPE})
 
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
     app = web.Application()
     app.router.add_get("/metrics", scrape)
+    app.router.add_get("/healthz", healthz)
     return app
 
 
