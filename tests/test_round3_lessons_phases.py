@@ -138,3 +138,29 @@ def test_a_source_line_number_is_no_number_of_the_run():
     # rich's `%(pathname)s:%(lineno)d` column: `colossalai.py:692` is line 692, not a loss of 692.
     assert fields("eambooth/train_dreambooth_colossalai.py:692 main") == []
     assert [f.value for f in fields("trainer.py:4117 >> loss: 0.25")] == [0.25]
+
+
+GLUED = [
+    # (source, line, {key: value} the fields must hold)
+    ("espnet/espnet#2675, ESPnet2 LM trainer: the word glued after the number names it",
+     "[PC] 2020-11-11 16:30:24,312 (trainer:486) INFO: 2epoch:train:1-375batch: iter_time=0.001, forward_time=0.005, "
+     "loss=2.313, backward_time=0.005", {"epoch": 2, "batch": 375, "loss": 2.313}),
+    ("a plural after the number is no key: `1000steps` names nothing by itself", "warmup 1000steps, loss 0.5", {"loss": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("line", "want"), [pytest.param(*c[1:], id=c[0]) for c in GLUED])
+def test_a_number_named_by_the_word_glued_after_it(line, want):
+    got = {f.key: f.value for f in fields(line)}
+    assert {k: got.get(k) for k in want} == want
+    assert "steps" not in got
+
+
+def test_espnet_epoch_is_not_the_step():
+    log = ("[PC] 2020-11-11 16:30:14,840 (trainer:486) INFO: 1epoch:train:7126-7500batch: iter_time=0.001, forward_time=0.005, "
+           "loss=2.339, backward_time=0.005, optim_step_time=1.963e-04, lr_0=0.100, train_time=0.014\n"
+           "[PC] 2020-11-11 16:30:18,969 (trainer:184) INFO: 2/20epoch started. Estimated time to finish: 33 minutes and 42.59 seconds\n"
+           "[PC] 2020-11-11 16:30:24,312 (trainer:486) INFO: 2epoch:train:1-375batch: iter_time=0.001, forward_time=0.005, "
+           "loss=2.313, backward_time=0.005, optim_step_time=2.000e-04, lr_0=0.100, train_time=0.014\n")
+    v = diagnose(evidence(log, age=5), Run())
+    assert v.phase is Phase.TRAINING and "375" in v.headline and "step 2 " not in v.headline, v.headline

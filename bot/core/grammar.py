@@ -122,11 +122,20 @@ def fields(text: str, limit: int = MAX_FIELDS) -> list[Field]:
         unit = (m["unit"] or "").strip()
         if m["scale"]:
             value *= _SCALE[m["scale"]]
-        key = _key_before(text, m.start())
+        key = _glued_key(text, m.end()) or _key_before(text, m.start())
         is_int = re.fullmatch(r"[-+]?\d[\d,]*", raw) is not None
         total = int(m["total"].replace(",", "")) if m["total"] and is_int else None
         out.append(Field(key, value, is_int, m.start(), total, unit, m.end()))
     return out
+
+
+# ESPnet2 names its numbers by the word glued after them: `2epoch:train:1-375batch:` is epoch 2, batch 375.
+_GLUED_KEY = re.compile(r"(epoch|batch|step|iter)(?=[:\s,]|$)")
+
+
+def _glued_key(text: str, end: int) -> str:
+    m = _GLUED_KEY.match(text, end)
+    return m[1] if m else ""
 
 
 def _key_before(text: str, start: int) -> str:
