@@ -11,7 +11,7 @@ from bot.core.bars import Bar, Role, frames, role_of
 from bot.core.crashes import find_crashes
 from bot.core.facts import Crash, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
-from bot.core.grammar import LineStamps, eval_noun, last_frame, message, split_rank_prefix
+from bot.core.grammar import LineStamps, eval_noun, fields, is_eval_key, is_loss_key, last_frame, message, split_rank_prefix
 from bot.core.markers import Mark, Marker, find_markers
 from bot.core.progress import bar_step, read_progress, recognise, table_header, table_step
 from bot.core.redact import printable, redact_secrets
@@ -317,6 +317,31 @@ def _progress(steps: tuple[Step, ...], lines: Sequence[str], bars: Sequence[BarL
     return (*lead[:-1], filled)
 
 
+def _with_epoch_loss(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Step, ...]:
+    """A loop counted by `Epoch N` lines prints its loss on a line of its own (nnU-Net v1: `epoch:  3` then
+    `train loss : 1.1718`; v2: `train_loss nan` at the epoch's end, then `Epoch 1`): the epoch's loss is
+    that line's — the one after the epoch's line, or for the epoch just begun, its predecessor's."""
+    if not steps or steps[-1].counter != "epoch" or any(s.loss is not None for s in steps):
+        return steps
+    out = list(steps)
+    for k, s in enumerate(steps):
+        upto = steps[k + 1].index if k + 1 < len(steps) else len(lines)
+        since = steps[k - 1].index + 1 if k > 0 else 0
+        found = _loss_line(lines, s.index + 1, upto) or (_loss_line(lines, since, s.index) if k == len(steps) - 1 else None)
+        if found is not None:
+            out[k] = replace(s, loss=found.value, loss_key=found.key, non_finite=() if found.finite else (found.key,))
+    return tuple(out)
+
+
+def _loss_line(lines: Sequence[str], start: int, stop: int):
+    """The first line in [start, stop) that is a training loss alone: one number, named a loss."""
+    for x in lines[max(0, start):stop]:
+        fs = fields(message(x))
+        if len(fs) == 1 and is_loss_key(fs[0].key) and not is_eval_key(fs[0].key):
+            return fs[0]
+    return None
+
+
 _EPOCH_HEADER = re.compile(r"^[ \t]*Epoch[ \t]+(\d+)/(\d+)[ \t]*$")
 
 
@@ -382,7 +407,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     reading = _reading_lines(lines, bars)
     progress = read_progress(reading, stamps, earlier)
     bars = tuple(_place(_inner(_against_counter(bars, progress.steps, lines))))
-    steps = _progress(progress.steps, lines, bars)
+    steps = _with_epoch_loss(_progress(progress.steps, lines, bars), lines)
     bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
         steps = _custom(lines, custom)

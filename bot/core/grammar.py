@@ -13,8 +13,9 @@ from datetime import datetime
 # (prefilter_ere) is built from them, so the two cannot drift apart.
 
 STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "num_updates",
-             "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step")
-EPOCH_KEYS = ("epoch", "ep", "epochs")
+             "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step",
+             "up.")  # Marian: `Ep. 1 : Up. 26000 : Sen. 1,650,105 : Cost 3.89087892`
+EPOCH_KEYS = ("epoch", "ep", "epochs", "ep.")
 LOSS_WORDS = ("loss",)
 LOSS_ALIASES = ("trl", "tl", "ppl")  # llm.c's train loss; "ppl" only when no loss is printed
 RATE_UNITS = {  # unit as printed -> unit as shown
@@ -64,6 +65,9 @@ _SEPARATORS = " \t'\":=[("
 _WORD = re.compile(r"(?:\([\w/ ]{1,30}\)|[A-Za-z_][\w./%-]*)\Z")
 _NOT_KEY_WORDS = {"nan", "inf", "infinity", "e"}
 _QUALIFIED = re.compile(r"(?<![\w.])[A-Za-z_]\w*\Z")  # a word glued to the parenthesised qualifier after it
+# A source location's line number (`train_dreambooth_colossalai.py:692 main`, rich's and Python logging's
+# `%(pathname)s:%(lineno)d`): no quantity of the run, whatever the file's name says.
+_SOURCE_LINE = re.compile(r"\w\.(?:py|pyx|cc|cpp|cu|c|h|hpp|rs|go|java|js|ts|lua|jl):\Z")
 _SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
@@ -113,16 +117,25 @@ def fields(text: str, limit: int = MAX_FIELDS) -> list[Field]:
             continue
         raw = m["num"]
         value = number(raw)
-        if value is None:
+        if value is None or _SOURCE_LINE.search(text, max(0, m.start() - 12), m.start()):
             continue
         unit = (m["unit"] or "").strip()
         if m["scale"]:
             value *= _SCALE[m["scale"]]
-        key = _key_before(text, m.start())
+        key = _glued_key(text, m.end()) or _key_before(text, m.start())
         is_int = re.fullmatch(r"[-+]?\d[\d,]*", raw) is not None
         total = int(m["total"].replace(",", "")) if m["total"] and is_int else None
         out.append(Field(key, value, is_int, m.start(), total, unit, m.end()))
     return out
+
+
+# ESPnet2 names its numbers by the word glued after them: `2epoch:train:1-375batch:` is epoch 2, batch 375.
+_GLUED_KEY = re.compile(r"(epoch|batch|step|iter)(?=[:\s,]|$)")
+
+
+def _glued_key(text: str, end: int) -> str:
+    m = _GLUED_KEY.match(text, end)
+    return m[1] if m else ""
 
 
 def _key_before(text: str, start: int) -> str:
@@ -372,7 +385,7 @@ def parse_int(s: str | None) -> int | None:
 
 
 def _ci(word: str) -> str:
-    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else ("[/]" if c == "/" else c) for c in word)
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else (f"[{c}]" if c in "/." else c) for c in word)
 
 
 def prefilter_ere() -> str:

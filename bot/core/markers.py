@@ -4,6 +4,7 @@ preparing data) or that it ended normally, each with where it stands in the log.
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,7 +106,9 @@ _NOT_END = re.compile(r"(?i)\b(?:not|never|un)\b[^.,;]{0,20}\b(?:done|complete|c
 
 _SAVE = re.compile(r"(?i)\bsaving\b[^.;]{0,60}?\b(?:checkpoints?|ckpts?|models?|weights|state(?:_dict)?|optimizer|adapters?|"
                    r"lora|pipeline|tokenizer)\b|checkpoint\w*\]?[ \t:-]*saving|\bis about to be saved|"
-                   r"\bwriting (?:the )?checkpoint|\bsave (?:weights|checkpoint|model) to\b|^saving model\b|\bsaving checkpoint\b")
+                   r"\bwriting (?:the )?checkpoint|\bsave (?:weights|checkpoint|model) to\b|^saving model\b|\bsaving checkpoint\b"
+                   # TRL's and many scripts' imperative: `Save last checkpoint of the model`
+                   r"|\bsave (?:the )?(?:last|final|best) (?:checkpoint|model)\b|^save (?:the )?(?:checkpoint|model)\b")
 _SAVED = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|checkpoint saved|is ready now|"
                     r"\bsaved (?:the )?(?:checkpoint|model|state|weights|adapter)\b|\bmodel weights saved\b|"
                     r"\bsaved (?:checkpoint|model) to\b|\bsave(?:d)? .*? in [\d.]+ ?s\b")
@@ -128,6 +131,10 @@ _RESTART = re.compile(r"(?i)\bwill restart worker group\b")
 _TRAIN = re.compile(r"(?i)\*+[ \t]*Running training[ \t]*\*+|\bStarting training\b|\bstart(?:ing)? training\b|\bbegin training\b")
 # Lines that mention these words without announcing anything: traceback frames, code, exceptions.
 _INDENTED = re.compile(r"(?:[ \t]{4}|\t)[ \t]*\S")  # a traceback's source lines, code
+# rich's logging handler indents a record that shares the previous one's time: `                    INFO     …`
+_RICH_RECORD = re.compile(r"(?:[ \t]+|\[[\d/: .,-]+\][ \t]+)(?:INFO|WARNING|DEBUG|NOTICE)[ \t]+\S")
+# …and wraps a long message onto lines indented to the message's column, with no level of their own.
+_RICH_WRAPPED = re.compile(r"[ \t]{20,}(?!(?:INFO|WARNING|DEBUG|NOTICE|ERROR|CRITICAL)\b)\S")
 _NOT_ANNOUNCEMENT = re.compile(r'^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Failed)\b:'
                                r"|Warning\b|warnings\.warn|\bdeprecat", re.I)
 # Where an announcement stands, most telling first: "epoch 0, global step 1000" is at step 1000.
@@ -161,11 +168,18 @@ def find_markers(lines: Sequence[str]) -> tuple[Marker, ...]:
     for i, shown in enumerate(lines):
         own = strip_host_prefix(split_rank_prefix(shown)[1])
         line = own.strip()
-        if not line or _INDENTED.match(own) or _NOT_ANNOUNCEMENT.search(line) or len(line) > 1500:
+        if (not line or (_INDENTED.match(own) and not _RICH_RECORD.match(own)) or _NOT_ANNOUNCEMENT.search(line)
+                or len(line) > 1500):
             continue
-        kind = _kind(line)
+        # The words as the line has them, or after the logger's stamp and prefix (`2020-11-11 06:24:03,237 -
+        # mmdet - INFO - Evaluating panoptic...`): an announcement's words open its message, not the line.
+        kind = _kind(line) or _kind(message(line))
         if kind is None:
             continue
-        step = next((parse_int(m[1]) for p in _STEPS if (m := p.search(line))), None)
+        where = line
+        if _RICH_RECORD.match(own):  # the wrapped rest of the record says where: `…/weight_output/checkpoint-1000`
+            rest = [x.strip() for x in itertools.takewhile(_RICH_WRAPPED.match, lines[i + 1:i + 4])]
+            where = line + "".join(rest)
+        step = next((parse_int(m[1]) for p in _STEPS if (m := p.search(where))), None)
         out.append(Marker(kind, i, shown.strip(), step))
     return tuple(out)

@@ -267,7 +267,13 @@ def _lr(fs: Sequence[Field]) -> float | None:
 
 def _non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
     """The loss or gradient numbers that went nan/inf (a NaN learning-rate or a `nan` count is no finding)."""
-    return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or "norm" in f.key) and not is_eval_key(f.key))
+    return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or "norm" in f.key or f.word in _LOSS_LIKE)
+                 and not is_eval_key(f.key))
+
+
+# What a loop prints of its loss when it prints no `loss`: OpenNMT-py's `ppl:   nan; xent:  nan` (perplexity and
+# cross-entropy of the training batches); nan there is the loss's nan.
+_LOSS_LIKE = frozenset({"ppl", "perplexity", "xent"})
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ class Doing:
     restarted_after: Crash | None = None  # the error a relaunch followed (the launcher restarts its workers)
     reached_total: bool = False  # the loop's counter reached its total
     no_file_progress: bool = False  # Lightning's rich bar: it trains, but nothing reaches the file
+    final_save: bool = False  # the save it does is the final model's, after the loop's last checkpoint
 
 
 def _position(step: Step | None) -> int:
@@ -124,6 +125,32 @@ def _open_marker(ev: Evidence, after: int) -> Marker | None:
     return current
 
 
+def _routine_save(ev: Evidence, marker: Marker) -> bool:
+    """A save the loop makes as it goes, not a phase it stops in: the run announced saves before (at least
+    two) and went on with its next step after each, with no closing line and no stamp to time them by
+    (TF's Supervisor: `Saving checkpoint to path training/model.ckpt` between `global step 672` and `673`).
+    Its latest announcement is then the loop's, and the loop's silence rule holds. (Saves a stamp can time
+    are paced by what they took: bot.core.stages.pace.)"""
+    earlier = [m for m in ev.markers if m.kind is Mark.SAVING and m.index < marker.index]
+    if len(earlier) < 2 or any(m.kind is Mark.SAVED for m in ev.markers) or ev.stamps[marker.index] is not None:
+        return False
+    after = [m.index for m in ev.markers if m.kind is not Mark.SAVING] + [marker.index]
+    for m in earlier:
+        nxt = next((s.index for s in ev.steps if s.index > m.index), None)
+        if nxt is None or any(m.index < i < nxt for i in after):
+            return False
+    return True
+
+
+def _final_save(ev: Evidence, marker: Marker, at: int) -> bool:
+    """The final model's save: a save naming no checkpoint right after the save of a numbered one, with no
+    progress between (ColossalAI's DreamBooth: `Saving model checkpoint to …/checkpoint-1000`, then `… to
+    …/weight_output on rank 0`). The loop is over; a process gone after it, with no error, ended."""
+    before = [m for m in ev.markers if m.index < marker.index]
+    return (marker.step is None and bool(before) and before[-1].kind is Mark.SAVING and before[-1].step is not None
+            and before[-1].index > at)
+
+
 def _last_move(steps) -> int:
     """Where the counter took its current value (the first of the trailing lines that repeat it)."""
     if not steps:
@@ -191,17 +218,23 @@ def activity(ev: Evidence) -> Doing:
             and not (b.bar.role is Role.EVALUATING and b.bar.finished)]
     bar = bars[-1] if bars else None
     marker = _open_marker(ev, at)
+    if marker is not None and marker.kind is Mark.SAVING and step is not None and _routine_save(ev, marker):
+        marker = None
     # An end, unless the run went on after it (HF's final evaluation after `Training completed`); the final
     # model's save after it is part of ending.
     if ends and not ((bar is not None and bar.index > ends[-1].index and not bar.bar.finished)
                      or (marker is not None and marker.index > ends[-1].index and marker.kind is not Mark.SAVING)):
-        return Doing(Phase.FINISHED, ended=ends[-1], **base)
+        # The last save after the end (TRL's `Save last checkpoint of the model`) goes with it: while the
+        # process lives, that save is what it does.
+        after = marker if marker is not None and marker.index > ends[-1].index and marker.kind is Mark.SAVING else None
+        return Doing(Phase.FINISHED, ended=ends[-1], marker=after, **base)
     if bar is not None and (marker is None or bar.index >= marker.index):
         if bar.bar.finished and bar.bar.role is Role.SAVING and marker is not None and marker.kind is Mark.SAVING:
             return Doing(Phase.SAVING, bar=bar, marker=marker, **base)  # shards written; the optimizer state follows
         return Doing(_BAR_PHASES[bar.bar.role], bar=bar, marker=marker, **base)
     if marker is not None:
-        return Doing(_MARK_PHASES[marker.kind], marker=marker, **base)
+        final = marker.kind is Mark.SAVING and _final_save(ev, marker, at)
+        return Doing(_MARK_PHASES[marker.kind], marker=marker, final_save=final, **base)
     if step is not None:
         return Doing(Phase.TRAINING, **base)
     text = "\n".join(ev.lines[-200:])

@@ -106,6 +106,9 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
     if doing.marker is not None:
         what = {Phase.SAVING: "saving checkpoint", Phase.EVALUATING: "evaluating", Phase.COMPILING: "compiling",
                 Phase.LOADING: "loading", Phase.PREPARING: "preparing data", Phase.STARTING: "starting training"}[doing.phase]
+        if doing.final_save:
+            last = next(m.step for m in reversed(ev.markers) if m.index < doing.marker.index)
+            return f"saving the final model after the checkpoint at step {last}{_so_far(ev, doing.marker.index)}"
         if doing.marker.kind is Mark.RESTARTING:
             after = f" after {words.crash(doing.restarted_after, 60)}" if doing.restarted_after is not None else ""
             return f"restarting{after} — {announced(doing.marker, 80)}{_so_far(ev, doing.marker.index)}"
@@ -187,7 +190,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         """A slowdown is the news, so it leads (the rate it names is in the text after it); the rest follow."""
         lead = [words.finding(f) for f in found if f.what is Finding.SLOW]
         said = [words.finding(f) for f in found if f.what in _WARNS and f.what is not Finding.SLOW]
-        return " · ".join([*lead, text]) + "".join(f" · {s}" for s in said)
+        # The progress may say it already (`epoch 1 · loss NaN`, with no onset to add): once is enough.
+        return " · ".join([*lead, text]) + "".join(f" · {s}" for s in said if f" {s} " not in f" {text} ")
 
     def with_findings_said() -> set[Said | Finding]:
         """What with_findings() adds to a headline."""
@@ -211,7 +215,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         return verdict(Phase.CRASHED, Level.CRIT, f"{words.ended_by(doing.crash)} — {words.crash(doing.crash)} {_at(step)}; {ending}",
                        [Concern(Worry.CRASHED)], said={Said.CRASH} | at_said)
 
-    finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or (
+    finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or doing.final_save or (
         step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and not _epochs_to_go(step)
         and results_after(ev, step))))
     if finished:
@@ -229,6 +233,12 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             head += f" ({reason})"
         elif doing.ended is None and (result := last_result(ev, step)):
             head += f", then: {result}"
+        if life.life in (Life.ALIVE, Life.NEAR) and doing.marker is not None and doing.marker.kind is Mark.SAVING and (
+                ev.silent_for is None or ev.silent_for <= run.loading_grace):
+            # The loop is over and its last save is under way: saving, with the grace every save has.
+            ended = "training ended" + head[len("finished"):]
+            return verdict(Phase.SAVING, Level.NOTE, f"saving the last checkpoint{_so_far(ev, doing.marker.index)} — {ended}",
+                           threshold=run.loading_grace, said=told)
         if life.life in (Life.ALIVE, Life.NEAR):
             silent = ev.silent_for
             if silent is not None and silent > training_threshold:
