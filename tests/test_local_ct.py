@@ -84,3 +84,31 @@ def test_check_config_says_the_ct_is_entered_on_this_machine(tmp_path: Path, cap
     path.write_text('[runs.x]\nhost = "local"\ncontainer = 200\nlog = "/workspace/train.log"\n')
     assert main(["--config", str(path), "check-config"]) == 0
     assert "run x: local CT 200 · /workspace/train.log (pct exec on this machine)" in capsys.readouterr().out
+
+
+FLOOD = """
+import asyncio, json, resource, sys
+from bot.probe.checkup import check
+from bot.probe.replay import DefaultRun
+from bot.probe.runners import LocalRunner
+env = json.loads(sys.argv[1])
+verdict = asyncio.run(check(DefaultRun("x", "/workspace/train.log"), LocalRunner(env, container=200), timeout=60))
+print(json.dumps({"headline": verdict.headline, "phase": verdict.phase.value,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def test_a_ct_whose_bash_floods_the_run_probe_costs_a_bounded_read(node: dict[str, str], tmp_path: Path) -> None:
+    """In a CT, `bash` is the tenant's: 300 MB on stdout must stop at the probe's bound, not fill the bot (issue 19 #1)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.host_standins import hostile_ct
+
+    hostile_ct(Path(node["PCT_STATE_DIR"]), 200, "train-7b", "head -c 300000000 /dev/zero | tr '\\\\0' x\n")
+    done = subprocess.run([sys.executable, "-c", FLOOD, json.dumps(node)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    said = json.loads(done.stdout)
+    assert said["phase"] == "unreachable" and "answer passed 1.2 MiB and was cut" in said["headline"], said
+    assert said["rss_mib"] < 150, said

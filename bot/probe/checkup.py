@@ -18,7 +18,7 @@ from bot.core.evidence import read_evidence
 from bot.core.history import Point
 from bot.core.redact import printable
 from bot.core.sections import moved_on, split_runs
-from bot.probe.script import ProbeTarget, build_group_script, build_script
+from bot.probe.script import ProbeTarget, build_group_script, build_script, output_bound
 from bot.probe.runners import RunResult, Runner
 from bot.core.verdict import Verdict
 from config.validate import compile_step_pattern
@@ -49,6 +49,10 @@ def verdicts_from_output(runs: Sequence[CheckableRun], result: RunResult, nonce:
     each run's own (one unreadable log, one run the probe never reached, does not fail its neighbours)."""
     if result.failure:
         return [unreachable(run, result.failure, result.failure_kind) for run in runs]
+    if result.truncated:  # more than an honest probe prints: what came back cannot be trusted to be the probe's
+        why = (f"the probe's answer passed {hz.size(output_bound(len(runs)))} and was cut "
+               "(does the container's bash or ps print more than asked?)")
+        return [unreachable(run, why, "probe") for run in runs]
     previous, histories = previous or {}, histories or {}
     out = []
     for run, sections in zip(runs, split_runs(result.stdout, nonce, len(runs))):
@@ -77,7 +81,7 @@ async def check(
     """Probe `run` once through `runner` and diagnose what came back (in `parser`, a worker thread)."""
     nonce = secrets.token_hex(8)
     script = build_script(run, nonce)
-    result = await runner.run(script, timeout=timeout)
+    result = await runner.run(script, timeout=timeout, limit=output_bound(1))
     if save_probe is not None:
         save_capture(save_probe, run.name, nonce, result)
     # Parsing a window takes a few ms of CPU; the bot and its watchdog run hundreds of these on
@@ -132,8 +136,8 @@ async def check_group_within(
     check_within: a deadline a little past the timeout, any failure as every run's unreachable verdict."""
     nonce = secrets.token_hex(8)
     try:
-        result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout),
-                                        timeout + PROBE_GRACE_S)
+        result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout,
+                                                                limit=output_bound(len(runs))), timeout + PROBE_GRACE_S)
         return await _off_loop(parser, lambda: verdicts_from_output(runs, result, nonce, previous, histories=histories))
     except asyncio.TimeoutError:
         why, kind = f"the probe of {len(runs)} runs gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout"

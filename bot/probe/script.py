@@ -25,6 +25,11 @@ WINDOW_BYTES = 64 * 1024
 STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
 STEP_LINES = 32  # prose that mentions "step" must not push real step lines out
 MOVED_WINDOW_BYTES = 16 * 1024  # the end of the file a writer moved to (a rotated log): enough for its last steps
+# The most an honest probe prints: each run's window, step lines, moved window and process lists, and the
+# GPU sections once (nvidia-smi -q for many GPUs, gpu_samples readings). The bot reads no more than this
+# and stops the probe past it: in a CT, `bash` and `ps` are the tenant's, and may print anything.
+RUN_OUTPUT_BYTES = WINDOW_BYTES + STEP_LINES * (LINE_CAP + 1) + MOVED_WINDOW_BYTES + (64 << 10)
+GPU_OUTPUT_BYTES = 1 << 20
 GPU_QUERY = ",".join(PROBE_QUERY)
 PROCESS_HINT = r"python|torchrun|deepspeed|accelerate"
 
@@ -335,3 +340,8 @@ done
 cat <&4   # gpu_rounds marks its own sections (gpu.window, gpus): shared by every run
 mark end
 """
+
+
+def output_bound(runs: int) -> int:
+    """How many bytes of stdout a probe of `runs` runs may print: the runner stops it past this."""
+    return GPU_OUTPUT_BYTES + runs * RUN_OUTPUT_BYTES
