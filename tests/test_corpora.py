@@ -1,7 +1,8 @@
 """Real logs other teams wrote, probed by the real probe and scored against the first line an on-call
-engineer needs (tests/fixtures/public/README.md). Two corpora: `public` (95 logs, the development set)
-and `heldout` (32 logs collected after the design, expectations written blind: 27/41 right on its first
-run, 65.9 %; it guards what its misses taught since). Prints each figure; holds runbot to it."""
+engineer needs (tests/fixtures/public/README.md). Three corpora: `public` (the development set), `heldout`
+(round 2: expectations written blind, 27/41 right at first sight, 65.9 %) and `round3` (round 3: blind,
+49/79 at first sight, 62.0 %; docs/diagnosis-corpus.md). Each guards what its misses taught since.
+Prints each figure; holds runbot to it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from bot.core.verdict import Level, Phase, Verdict
 from tests.corpus import Moment, moments, probe_all, report
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# name: (the fewest hung moments it must hold, the share of first lines it must get right). Round 3 is held
+# to what its lessons reached: its remaining misses are open work (docs/diagnosis-corpus.md), never to be
+# hidden by a lower bar later.
+BARS = {"public": (20, 0.95), "heldout": (8, 0.95), "round3": (20, 0.87)}
 # name: (folder, its moments, the fewest hung moments it must hold)
-CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, hung in (("public", 20), ("heldout", 8))}
+CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, (hung, _) in BARS.items()}
 
 
 @pytest.fixture(scope="module", params=list(CORPORA))
@@ -52,7 +57,7 @@ def test_the_first_lines_are_right(corpus, capsys):
     right, lines = report(f"{name} corpus", found, verdicts)
     with capsys.disabled():
         print("\n" + "\n".join(lines))
-    assert right / len(found) >= 0.95
+    assert right / len(found) >= BARS[name][1]
 
 
 def test_no_false_crit_on_a_healthy_or_cleanly_finished_run(corpus):

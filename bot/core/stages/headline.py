@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from bot.core import humanize as hz
 from bot.core.evidence import Evidence
@@ -81,15 +82,23 @@ def _last_line(ev: Evidence) -> str:
     return hz.trim(last, 60)
 
 
+class Described(NamedTuple):
+    """A phase's healthy-case line, and whether it names where the loop got to ("at epoch 24 · batch 250/371"):
+    the rows under the headline then leave that out."""
+
+    text: str
+    counter: bool = False
+
+
 def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | None, previous: Verdict | None,
-                 writer: Process | None, trends: Trend = Trend()) -> str:
+                 writer: Process | None, trends: Trend = Trend()) -> Described:
     """The healthy-case line of a phase."""
     before = previous.step if previous is not None else None
     if doing.phase is Phase.TRAINING and doing.no_file_progress:
-        return "no progress lines in the log — Lightning's rich progress bar writes nothing to files"
+        return Described("no progress lines in the log — Lightning's rich progress bar writes nothing to files")
     if _says_progress(doing, step):
         eta = f" · ETA {hz.duration(trends.eta)}" if trends.eta is not None else ""
-        return words.progress(step, before) + eta + (f" · {hz.duration(age)} ago" if age is not None else "")
+        return Described(words.progress(step, before) + eta + (f" · {hz.duration(age)} ago" if age is not None else ""))
     at = f" at {words.counter(step)}" if step is not None and words.counter(step) else ""
     lead = "no steps yet — " if step is None else ""
     if doing.bar is not None:
@@ -97,21 +106,21 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
         where = f" — {device}" if (device := ev.device_line(doing.bar.index)) else ""
         if doing.phase is Phase.SAVING:  # HF's `Writing model shards` bar, with or without its announcement
             so_far = _so_far(ev, doing.marker.index) if doing.marker is not None else ""
-            return f"saving checkpoint{at} — {words.bar(bar)}{so_far}"
+            return Described(f"saving checkpoint{at} — {words.bar(bar)}{so_far}", bool(at))
         if bar.finished and doing.phase is Phase.LOADING:
-            return f"{lead}{words.bar(bar)} done, waiting for the first step"
+            return Described(f"{lead}{words.bar(bar)} done, waiting for the first step")
         if doing.phase is Phase.EVALUATING:
-            return f"evaluating{at} — {words.bar(bar)}"
-        return f"{lead}{words.bar(bar)}{where}"
+            return Described(f"evaluating{at} — {words.bar(bar)}", bool(at))
+        return Described(f"{lead}{words.bar(bar)}{where}")
     if doing.marker is not None:
         what = {Phase.SAVING: "saving checkpoint", Phase.EVALUATING: "evaluating", Phase.COMPILING: "compiling",
                 Phase.LOADING: "loading", Phase.PREPARING: "preparing data", Phase.STARTING: "starting training"}[doing.phase]
         if doing.final_save:
             last = next(m.step for m in reversed(ev.markers) if m.index < doing.marker.index)
-            return f"saving the final model after the checkpoint at step {last}{_so_far(ev, doing.marker.index)}"
+            return Described(f"saving the final model after the checkpoint at step {last}{_so_far(ev, doing.marker.index)}")
         if doing.marker.kind is Mark.RESTARTING:
             after = f" after {words.crash(doing.restarted_after, 60)}" if doing.restarted_after is not None else ""
-            return f"restarting{after} — {announced(doing.marker, 80)}{_so_far(ev, doing.marker.index)}"
+            return Described(f"restarting{after} — {announced(doing.marker, 80)}{_so_far(ev, doing.marker.index)}")
         if doing.phase is Phase.LOADING:
             what = f"{lead}{announced(doing.marker)}"
         elif doing.phase is Phase.PREPARING:
@@ -120,14 +129,14 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
             what = f"evaluating: {announced(doing.marker, 60)}"  # "Start inference on 5000 batches"
         # "checkpoint-1000" says more than an HF dict's "epoch 0.12"; `saving checkpoint at iteration 1000` more
         # than the last step line's 990.
-        marker_at = f" at step {doing.marker.step}" if doing.marker.step is not None and (
-            step is None or step.step is None) else (
+        by_marker = doing.marker.step is not None and (step is None or step.step is None)
+        marker_at = f" at step {doing.marker.step}" if by_marker else (
             f" at {words.counter(announced_at(step, doing.marker.text, doing.marker.step))}" if at else at)
-        return f"{what}{marker_at}{_so_far(ev, doing.marker.index)}"
+        return Described(f"{what}{marker_at}{_so_far(ev, doing.marker.index)}", bool(at) and not by_marker)
     if not ev.lines:
         started = f"started {hz.duration(writer.elapsed_s)} ago, " if writer is not None and writer.elapsed_s is not None else ""
-        return f"{started}no output yet (importing?)"
-    return f"no steps yet — last line: {_last_line(ev)}"
+        return Described(f"{started}no output yet (importing?)")
+    return Described(f"no steps yet — last line: {_last_line(ev)}")
 
 
 def _says_progress(doing: Doing, step: Step | None) -> bool:
@@ -291,7 +300,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         bar = doing.bar.bar if doing.bar is not None else None
         threshold = allowed_before_first_step(bar, training_threshold, run.loading_grace)
         age = standing(ev, bar)
-    describe = _phase_words(ev, doing, step, fresh.age, previous, writer, trends)
+    described = _phase_words(ev, doing, step, fresh.age, previous, writer, trends)
+    describe, counter_said = described.text, (at_said if described.counter else set())
 
     if age is not None and age > threshold:
         if phase is Phase.TRAINING and step is not None:
@@ -299,7 +309,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             what = f"last {words.counter(step) or words.progress(step)}"
             where_said = set(at_said or {Said.PROGRESS})
         else:
-            what, where_said = f"while {describe}", set()
+            what, where_said = f"while {describe}", set(counter_said)
         bits = []
         if stuck := fd.stuck_collective(gpu):
             bits.append(stuck.detail)
@@ -314,7 +324,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
     if doing.thread_crash is not None and phase is Phase.TRAINING:
         return verdict(Phase.THREAD_DIED, Level.WARN,
                        f"training, but thread {doing.thread_crash.thread} died: {words.crash(doing.thread_crash, 70)} — {describe}",
-                       threshold=threshold, said={Said.THREAD_CRASH} | progress_said())
+                       threshold=threshold, said={Said.THREAD_CRASH} | progress_said() | counter_said)
     level = Level.OK if phase is Phase.TRAINING and not doing.no_file_progress else Level.NOTE
     if doing.marker is not None and doing.marker.kind is Mark.RESTARTING:
         # A relaunch after a failure: the failure will likely come back; someone should know.
@@ -326,7 +336,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         if idle:
             level = Level.WARN
             describe += "; " + ", ".join(words.finding(f) for f in idle)
-    return verdict(phase, level, with_findings(describe), threshold=threshold, said=with_findings_said() | progress_said())
+    return verdict(phase, level, with_findings(describe), threshold=threshold,
+                   said=with_findings_said() | progress_said() | counter_said)
 
 
 def _paused(ev: Evidence, doing: Doing, step: Step | None, life: Liveness, age: float | None, threshold: float,
