@@ -300,14 +300,15 @@ def line_time(text: str) -> float | None:
     return None
 
 
+# detectron2 puts the level before its stamp (`WARNING [06/09 11:05:25 d2.x]:`), a paste may bold it (`**ERROR [06/09 …`).
 _LEADING_STAMP = re.compile(
-    r"^[ \t]*\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
+    r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?)\]?[ \t]*[|:-]?[ \t]*")
 
 
 def strip_stamp(text: str) -> str:
     """A line without the timestamp its logger put first (its numbers are not the run's)."""
-    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEF" else text
+    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEFDC*" else text
 
 
 # --- prefixes and frames --------------------------------------------------------------------

@@ -50,7 +50,9 @@ def _position(step: Step | None) -> int:
 
 # Fatal texts that can be glued after a progress bar's last frame (stderr written onto stdout's open line):
 # on the progress line itself only these count, never the line's own words.
-_GLUED = frozenset({Kind.SEGFAULT, Kind.KILLED, Kind.ASSERT, Kind.SIGNAL, Kind.FATAL, Kind.NCCL_TIMEOUT, Kind.HANG})
+# A traceback too: its header starts a line of its own (crashes reads the text glued after a frame), never a bar's words.
+_GLUED = frozenset({Kind.SEGFAULT, Kind.KILLED, Kind.ASSERT, Kind.SIGNAL, Kind.FATAL, Kind.NCCL_TIMEOUT, Kind.HANG,
+                    Kind.TRACEBACK})
 # A rank's NCCL error that only says the watchdog tore its communicator down: the consequence of a timeout.
 _ABORTED = re.compile(r"(?i)communicator was aborted|watchdog thread terminated|taking the entire process down")
 
