@@ -8,6 +8,7 @@ from bot.core.crashes import find_crashes
 from bot.core.diagnose import diagnose
 from bot.core.facts import Kind
 from bot.core.grammar import strip_stamp
+from bot.core.progress import fold_tables, read_progress
 from bot.core.verdict import Level, Phase
 from tests.builders import evidence
 from tests.test_diagnose import Run
@@ -101,3 +102,32 @@ GLUED = [
 def test_a_crash_glued_after_the_last_frame_ends_the_run(log, said):
     v = diagnose(evidence(log, age=300, writers=()), Run())
     assert (v.phase, v.level) == (Phase.CRASHED, Level.CRIT) and said in v.headline and "finished" not in v.headline, v.headline
+
+
+# misc-sb3-ppo-logger-table-3584-timesteps: stable-baselines3's logger prints its numbers as a key/value table.
+SB3_TABLE = """-----------------------------------------
+| time/                   |             |
+|    fps                  | 26          |
+|    iterations           | {it}           |
+|    time_elapsed         | 136         |
+|    total_timesteps      | {ts}        |
+| train/                  |             |
+|    approx_kl            | 0.010918302 |
+|    entropy_loss         | -14.2       |
+|    learning_rate        | 0.0002      |
+|    loss                 | {loss}        |
+|    n_updates            | 18          |
+|    value_loss           | 36.8        |
+-----------------------------------------"""
+
+
+@pytest.mark.parametrize("blocks", [[(7, 3584, 20.1)], [(6, 3072, 22.4), (7, 3584, 20.1)]], ids=["one block", "recurring"])
+def test_a_key_value_table_is_one_report(blocks):
+    lines = "\n".join(SB3_TABLE.format(it=it, ts=ts, loss=loss) for it, ts, loss in blocks).split("\n")
+    step = read_progress(lines).steps[-1]
+    assert (step.step, step.counter, step.loss, step.index) == (3584, "total_timesteps", 20.1, len(lines) - 1)
+
+
+def test_rows_between_rules_that_are_no_key_value_table_stay_lines():
+    lines = ["-" * 41, "| Name | Type | Params |", "| 0 | model | 1.2 M |", "-" * 41]  # three columns: not a table of pairs
+    assert fold_tables(lines) == lines

@@ -214,6 +214,7 @@ class _Traceback:
     child: Crash | None = None
     closed: bool = False  # its exception line was read (a chain may still follow)
     named: str | None = None  # the exception its header names (IPython's), for a traceback cut before its last line
+    header: int = -1  # its header's place in its stream
     framed: bool = False  # its first frame was read
     building: str | None = None  # the extension being built when it began (`Building extension module fused_adam...`)
 
@@ -334,7 +335,7 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
                 thread = name if name != "\0ignored" else None
                 tb = _Traceback(entries[at][0] if thread else i, rank, thread, name == "\0ignored",
                                 bare.startswith("Exception"), [], named=ipython["type"] if ipython else None,
-                                building=_building(builds, i))
+                                header=pos, building=_building(builds, i))
                 tbs.append(tb)
                 open_tbs.append(tb)
             mode = "frames"
@@ -345,7 +346,7 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
                 # A header glued onto stderr's open bar line was written when its frames were, not when that
                 # line began: other lines between the two mean the traceback starts at its first frame.
                 tb.framed = True
-                tb.start = i if tb.thread is None and i - tb.start > 1 else tb.start
+                tb.start = i if tb.thread is None and pos - tb.header > 1 else tb.start
             line = re.sub(r"^[ \t]*\|[ \t]?", "", text) if tb.group else text
             if line[:1].strip() and (exc := _exception(line)):
                 tb.excs.append(exc)

@@ -12,8 +12,9 @@ from datetime import datetime
 # One definition: the recognisers read fields by these words, and the probe's grep pre-filter
 # (prefilter_ere) is built from them, so the two cannot drift apart.
 
-STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "num_updates",
-             "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step")
+# "total_timesteps": stable-baselines3's logger table counts environment steps (before its `n_updates`).
+STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "total_timesteps",
+             "num_updates", "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step")
 EPOCH_KEYS = ("epoch", "ep", "epochs")
 LOSS_WORDS = ("loss",)
 LOSS_ALIASES = ("trl", "tl", "ppl")  # llm.c's train loss; "ppl" only when no loss is printed
