@@ -131,3 +131,22 @@ def test_a_key_value_table_is_one_report(blocks):
 def test_rows_between_rules_that_are_no_key_value_table_stay_lines():
     lines = ["-" * 41, "| Name | Type | Params |", "| 0 | model | 1.2 M |", "-" * 41]  # three columns: not a table of pairs
     assert fold_tables(lines) == lines
+
+
+# dist-torchrun-elastic-agent-error-on-rerendezvous: the worker group failed, the agent restarted it, then its own
+# rendezvous raised (the log ends in that traceback's frames): the relaunch's failure ends the run.
+ELASTIC = (
+    "E0213 12:07:20.086000 870572 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0"
+    " (pid: 876053) of binary: /usr/bin/python3.11\n"
+    "I0213 12:07:20.086000 870572 torch/distributed/elastic/agent/server/api.py:889] [default] Worker group FAILED. 3/3"
+    " attempts left; will restart worker group\n"
+    "I0213 12:07:20.086000 870572 torch/distributed/elastic/agent/server/api.py:699] [default] Stopping worker group\n"
+    "I0213 12:07:20.087000 870572 torch/distributed/elastic/agent/server/api.py:677] [default] Rendezvous'ing worker group\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/local/google/home/kiuk/.pyenv/versions/venv311/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n")
+
+
+def test_a_relaunch_that_fails_in_its_turn_ends_the_run():
+    v = diagnose(evidence(ELASTIC, age=300, writers=()), Run())
+    assert (v.phase, v.level) == (Phase.CRASHED, Level.CRIT), v.headline

@@ -177,8 +177,9 @@ def activity(ev: Evidence) -> Doing:
     thread_crash = threads[-1] if threads else None
     crash = _fatal(ev, at)
     restarted_after = None
-    if crash is not None and _restarted(ev, crash):
-        crash, restarted_after = None, crash
+    while crash is not None and _restarted(ev, crash):
+        # the relaunch may fail in its turn (torchrun's agent raising while it re-rendezvouses): its error ends the run
+        crash, restarted_after = _fatal(ev, max(at, crash.line_index + 3)), crash
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
     # last move, not after its last redraw.
     # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
