@@ -13,6 +13,11 @@ from bot.core.redact import redact_secrets, strip_ansi
 
 
 _HEADER = "Traceback (most recent call last)"
+# IPython/Jupyter's header names the exception first (`KeyboardInterrupt      Traceback (most recent call last)`),
+# its frames are `----> 12 call` arrows under unindented `file.py in func(...)` lines.
+_IPYTHON_HEADER = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[ \t]{2,}Traceback \(most recent call last\)")
+# Markdown emphasis a paste wraps an exception line in (`**RuntimeError: CUDA out of memory.** Tried …`).
+_EMPHASIS = re.compile(r"^\*{1,2}(?=[A-Za-z_])|(?<=\S)\*{1,2}(?=\s|$)|^`+|`+$")
 _EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::[ \t]?(?P<msg>.*))?$")
 _EXC_WORD = re.compile(r"(?i)error|exception|interrupt|exit|timeout|iteration|warning|abort")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
@@ -48,7 +53,13 @@ _SIGNALS = {n: f"{name} ({_LIKELY[n]})" if n in _LIKELY else name for n, name in
 # old launchers, autotrain): `subprocess.CalledProcessError: Command '[...]' died with <Signals.SIGKILL: 9>.`
 # or `... returned non-zero exit status -9.`
 _CALLED = re.compile(r"died with <Signals\.(SIG\w+): (\d+)>|returned non-zero exit status (-?\d+)")
+# A build tool the launcher ran (torch.utils.cpp_extension's ninja, a setup's make): its failure is a build's, named
+# by what was being built (`Building extension module fused_adam...`, cpp_extension's announcement).
+_BUILD_TOOL = re.compile(r"""Command '\[?['"]?(ninja|make|cmake|nvcc|gcc|g\+\+|c\+\+|cc)['"\s,\]]""")
+_BUILDING = re.compile(r"Building extension module ([\w.-]+?)\.*[ \t]*$")
 _PROGRAM = re.compile(r"""['"]([^'"\s]*?([\w.-]+\.py))['"]""")
+# torchrun's agent raising on the signal it received: `SignalException: Process 46660 got signal: 1`.
+_GOT_SIGNAL = re.compile(r"got signal: (\d+)")
 # A DataLoader worker's death, as the main process reports it: the signal is the cause, not the RuntimeError.
 _WORKER = re.compile(r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\) is killed by signal: ([A-Z][\w ]*?)\.")
 _WORKER_KINDS = {"Killed": (Kind.KILLED, 9), "Bus error": (Kind.FATAL, 7), "Segmentation fault": (Kind.SEGFAULT, 11),
@@ -80,8 +91,9 @@ def _signal_hint(code: int | None) -> str | None:
 
 
 def _exception(text: str) -> tuple[str, str] | None:
-    """`pkg.Type: message` (or a bare `KeyboardInterrupt`), not log chatter such as `INFO: x`."""
-    if not (m := _EXC_LINE.match(text)):
+    """`pkg.Type: message` (or a bare `KeyboardInterrupt`), not log chatter such as `INFO: x`; markdown's
+    emphasis around it is a paste's, not the line's."""
+    if not (m := _EXC_LINE.match(_EMPHASIS.sub("", text))):
         return None
     name, last = m["type"], m["type"].rsplit(".", 1)[-1]
     camel = last[:1].isupper() and not last.isupper() and any(c.islower() for c in last)
@@ -131,16 +143,23 @@ def _root_cause(texts: Sequence[str]) -> tuple[int | None, int | None]:
     return best.get("rank"), best.get("exitcode")
 
 
-def exception_crash(exc_type: str, message: str, rank: int | None, index: int, thread: str | None = None) -> Crash:
+def exception_crash(exc_type: str, message: str, rank: int | None, index: int, thread: str | None = None,
+                    building: str | None = None) -> Crash:
     """The crash an exception line stands for, named by its cause: a launcher's CalledProcessError by the child's
-    exit (a signal: the kernel's OOM killer sends SIGKILL), a DataLoader worker's death by its signal."""
+    exit (a signal: the kernel's OOM killer sends SIGKILL) or, a build tool's, by what was being built; a
+    DataLoader worker's death by its signal."""
     kind = _exc_kind(exc_type, message)
     if kind is Kind.CHILD_FAILED and (m := _CALLED.search(message)):
         code = -int(m[2]) if m[2] else int(m[3])
+        if building and (tool := _BUILD_TOOL.search(message[:m.start()])):
+            return Crash(Kind.TRACEBACK, None, f"building {building} failed ({tool[1]} exit status {code})", thread,
+                         rank, exit_code=code, line_index=index)
         program = _PROGRAM.findall(message[:m.start()])
         local = _DS_RANK.search(message)
         return Crash(Kind.CHILD_FAILED, exc_type, program[0][1] if program else "", thread,
                      int(local[1]) if local else rank, exit_code=code, signal_hint=_signal_hint(code), line_index=index)
+    if exc_type.endswith("SignalException") and (m := _GOT_SIGNAL.search(message)):
+        return _launcher_signal(SIGNAL_NAMES.get(int(m[1]), f"signal {m[1]}"), rank, index, thread)
     if m := _WORKER.search(message):
         number = _WORKER_KINDS.get(m[2], (None, None))[1]
         name = SIGNAL_NAMES.get(number, m[2].lower()) if number else m[2].lower()
@@ -153,6 +172,10 @@ def exception_crash(exc_type: str, message: str, rank: int | None, index: int, t
         # collective operation timeout: …": the timeout is the news, the abort its consequence.
         return Crash(kind, exc_type, _watchdog_message(message), thread, rank, line_index=index)
     return Crash(kind, exc_type, _trim(message), thread, rank, line_index=index)
+
+
+def _launcher_signal(name: str, rank: int | None, index: int, thread: str | None = None) -> Crash:
+    return Crash(Kind.SIGNAL, None, f"the launcher received {name} and stopped its workers", thread, rank, line_index=index)
 
 
 def _child_failed(texts: Sequence[str], index: int, rank: int | None = None, code: int | None = None) -> Crash:
@@ -190,10 +213,16 @@ class _Traceback:
     excs: list[tuple[str, str]]
     child: Crash | None = None
     closed: bool = False  # its exception line was read (a chain may still follow)
+    named: str | None = None  # the exception its header names (IPython's), for a traceback cut before its last line
+    header: int = -1  # its header's place in its stream
+    framed: bool = False  # its first frame was read
+    building: str | None = None  # the extension being built when it began (`Building extension module fused_adam...`)
 
     def crash(self) -> Crash:
         if self.child is not None:
             return replace(self.child, line_index=self.start, thread=self.thread)
+        if not self.excs and self.named:  # cut short, but IPython's header said what it was
+            return exception_crash(self.named, "", self.rank, self.start, self.thread, self.building)
         if not self.excs:  # the log ends inside the traceback
             return Crash(Kind.TRACEBACK, thread=self.thread, rank=self.rank, line_index=self.start)
         # The last exception names the crash; one lower in the chain that says what really happened
@@ -208,7 +237,12 @@ class _Traceback:
         else:
             i = len(self.excs) - 1
         exc_type, message = self.excs[i]
-        return exception_crash(exc_type, message, self.rank, self.start, self.thread)
+        return exception_crash(exc_type, message, self.rank, self.start, self.thread, self.building)
+
+
+def _building(builds: Sequence[tuple[int, str]], at: int) -> str | None:
+    """The extension whose build was announced last before line `at` (its ninja output may run long)."""
+    return next((name for i, name in reversed(builds) if i < at and at - i <= 400), None)
 
 
 def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str]) -> Crash | None:
@@ -258,8 +292,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         name = next((g for g in groups if g.startswith("SIG")), None)
         if name is None and groups and groups[0].isdigit():
             name = SIGNAL_NAMES.get(int(groups[0]), f"signal {groups[0]}")
-        return Crash(Kind.SIGNAL, None, f"the launcher received {name or 'a death signal'} and stopped its workers",
-                     rank=rank, line_index=i)
+        return _launcher_signal(name or "a death signal", rank, i)
     if m := _AGENT.search(text):
         code, local = int(m[1]), int(m[2])
         return _child_failed(following[:40], i, local, code)
@@ -275,7 +308,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     return None
 
 
-def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
+def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int, str]] = ()) -> list[Crash]:
     """One stream's crashes. States: idle, frames (waiting for an exception line), after, chain.
 
     Tracebacks of processes sharing a stream interleave (sixteen ranks writing one stdout): an
@@ -291,7 +324,8 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
         bare = text.lstrip(" +|│╭─")
         if bare.startswith('File "') and text[:1] in " \t":
             frame_at = pos
-        if _HEADER in text and bare.startswith(("Traceback", "Exception Group Traceback")):
+        ipython = _IPYTHON_HEADER.match(text) if _HEADER in text else None
+        if _HEADER in text and (ipython or bare.startswith(("Traceback", "Exception Group Traceback"))):
             chained = mode == "chain" and tbs and tbs[-1].closed
             if chained:
                 open_tbs.append(tbs[-1])
@@ -300,13 +334,19 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
                 name, at = threads.pop(0) if threads else (None, -1)
                 thread = name if name != "\0ignored" else None
                 tb = _Traceback(entries[at][0] if thread else i, rank, thread, name == "\0ignored",
-                                bare.startswith("Exception"), [])
+                                bare.startswith("Exception"), [], named=ipython["type"] if ipython else None,
+                                header=pos, building=_building(builds, i))
                 tbs.append(tb)
                 open_tbs.append(tb)
             mode = "frames"
             continue
         if open_tbs:
             tb = open_tbs[0]
+            if frame_at == pos and not tb.framed:
+                # A header glued onto stderr's open bar line was written when its frames were, not when that
+                # line began: other lines between the two mean the traceback starts at its first frame.
+                tb.framed = True
+                tb.start = i if tb.thread is None and pos - tb.header > 1 else tb.start
             line = re.sub(r"^[ \t]*\|[ \t]?", "", text) if tb.group else text
             if line[:1].strip() and (exc := _exception(line)):
                 tb.excs.append(exc)
@@ -339,7 +379,7 @@ def _scan(entries: list[tuple[int, int | None, str]]) -> list[Crash]:
             if exc[0].endswith("ChildFailedError"):
                 crashes.append(_child_failed(texts[pos + 1: pos + 80], i))
             else:
-                crashes.append(exception_crash(exc[0], exc[1], rank, i))
+                crashes.append(exception_crash(exc[0], exc[1], rank, i, building=_building(builds, i)))
             mode, since = "after", 0
     return crashes + [t.crash() for t in tbs if not t.ignored]
 
@@ -370,7 +410,9 @@ def find_crashes(lines: Sequence[str]) -> list[Crash]:
         prefix = m[0].strip() if (m := RANK_PREFIX.match(text)) else ""
         rank, text = split_rank_prefix(text)
         streams.setdefault(prefix, []).append((i, rank, text.rstrip()))
-    crashes = sorted((c for entries in streams.values() for c in _scan(entries)), key=lambda c: c.line_index)
+    # Announced on the launcher's stream, failed on a rank's: builds are read across the streams.
+    builds = [(i, m[1]) for i, raw in enumerate(lines) if "Building ext" in raw and (m := _BUILDING.search(raw.rstrip()))]
+    crashes = sorted((c for entries in streams.values() for c in _scan(entries, builds)), key=lambda c: c.line_index)
     seen: set[tuple] = set()  # a watchdog timeout is reported up to three times per rank
     unique = []
     for c in crashes:

@@ -424,7 +424,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
         window_truncated=truncated,
         steps=steps,
         bars=bars,
-        crashes=tuple(find_crashes(lines)),
+        crashes=tuple(find_crashes(reading)),  # a crash glued after a bar's frame starts its own line there
         markers=_with_after(find_markers(lines) + _glued_markers(raw_lines, len(lines)), bars),
         writers=parse_processes(writers_text),
         hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,

@@ -12,8 +12,9 @@ from datetime import datetime
 # One definition: the recognisers read fields by these words, and the probe's grep pre-filter
 # (prefilter_ere) is built from them, so the two cannot drift apart.
 
-STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "num_updates",
-             "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step",
+# "total_timesteps": stable-baselines3's logger table counts environment steps (before its `n_updates`).
+STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "total_timesteps",
+             "num_updates", "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step",
              "up.")  # Marian: `Ep. 1 : Up. 26000 : Sen. 1,650,105 : Cost 3.89087892`
 EPOCH_KEYS = ("epoch", "ep", "epochs", "ep.")
 LOSS_WORDS = ("loss",)
@@ -313,14 +314,15 @@ def line_time(text: str) -> float | None:
     return None
 
 
+# detectron2 puts the level before its stamp (`WARNING [06/09 11:05:25 d2.x]:`), a paste may bold it (`**ERROR [06/09 …`).
 _LEADING_STAMP = re.compile(
-    r"^[ \t]*\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
+    r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?)\]?[ \t]*[|:-]?[ \t]*")
 
 
 def strip_stamp(text: str) -> str:
     """A line without the timestamp its logger put first (its numbers are not the run's)."""
-    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEF" else text
+    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEFDC*" else text
 
 
 # --- prefixes and frames --------------------------------------------------------------------

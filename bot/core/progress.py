@@ -296,10 +296,39 @@ def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier
 
 
 def read_progress(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = ()) -> Progress:
-    found = _series([(i, t) for i, t in enumerate(lines)], stamps)
+    found = _series(list(enumerate(fold_tables(lines))), stamps)
     if not found.steps and earlier:
-        found = Progress(_series([(-len(earlier) + i - 1, t) for i, t in enumerate(earlier)], ()).steps, found.evaluation)
+        found = Progress(_series([(-len(earlier) + i - 1, t) for i, t in enumerate(fold_tables(earlier))], ()).steps,
+                         found.evaluation)
     return found
+
+
+# A key/value table printed whole at each report (stable-baselines3's logger: `| key | value |` rows between
+# dashed lines, section rows such as `| time/ | |` with no value): each block is one report, so it is read as one
+# line, `key: value | …`, at its closing rule; the recurring blocks then form a series like any other, and the
+# field that advances (`total_timesteps`) is their counter.
+_RULE = re.compile(r"^[ \t]*-{8,}[ \t]*$")
+_KV_ROW = re.compile(r"^[ \t]*\|[ \t]*([^|]*?)[ \t]*\|[ \t]*([^|]*?)[ \t]*\|[ \t]*$")
+
+
+def fold_tables(lines: Sequence[str]) -> Sequence[str]:
+    """The lines with each key/value block folded into its closing rule's line (its rows left blank)."""
+    if not any("|" in x and _RULE.match(y) for x, y in zip(lines, lines[1:])):
+        return lines
+    out, start = list(lines), None
+    for i, text in enumerate(lines):
+        if _RULE.match(text):
+            rows = [_KV_ROW.match(x) for x in lines[start + 1:i]] if start is not None else []
+            if len(rows) >= 2 and all(rows):
+                cells = [f"{m[1].rsplit('/', 1)[-1]}: {m[2]}" for m in rows if m[2]]
+                out[start:i] = [""] * (i - start)
+                out[i] = " | ".join(cells)
+                start = None
+            else:
+                start = i
+        elif start is not None and not _KV_ROW.match(text):
+            start = None
+    return out
 
 
 # Lines templated at first, the newest with digits in them: a 64 KiB window of step lines holds some 1500,

@@ -51,7 +51,9 @@ def _position(step: Step | None) -> int:
 
 # Fatal texts that can be glued after a progress bar's last frame (stderr written onto stdout's open line):
 # on the progress line itself only these count, never the line's own words.
-_GLUED = frozenset({Kind.SEGFAULT, Kind.KILLED, Kind.ASSERT, Kind.SIGNAL, Kind.FATAL, Kind.NCCL_TIMEOUT, Kind.HANG})
+# A traceback too: its header starts a line of its own (crashes reads the text glued after a frame), never a bar's words.
+_GLUED = frozenset({Kind.SEGFAULT, Kind.KILLED, Kind.ASSERT, Kind.SIGNAL, Kind.FATAL, Kind.NCCL_TIMEOUT, Kind.HANG,
+                    Kind.TRACEBACK})
 # A rank's NCCL error that only says the watchdog tore its communicator down: the consequence of a timeout.
 _ABORTED = re.compile(r"(?i)communicator was aborted|watchdog thread terminated|taking the entire process down")
 
@@ -202,8 +204,9 @@ def activity(ev: Evidence) -> Doing:
     thread_crash = threads[-1] if threads else None
     crash = _fatal(ev, at)
     restarted_after = None
-    if crash is not None and _restarted(ev, crash):
-        crash, restarted_after = None, crash
+    while crash is not None and _restarted(ev, crash):
+        # the relaunch may fail in its turn (torchrun's agent raising while it re-rendezvouses): its error ends the run
+        crash, restarted_after = _fatal(ev, max(at, crash.line_index + 3)), crash
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
     # last move, not after its last redraw.
     # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
