@@ -15,10 +15,9 @@ from bot.core.verdict import Level, Phase, Verdict
 from tests.corpus import Moment, moments, probe_all, report
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# name: (the fewest hung moments it must hold, the share of first lines it must get right). Round 3 is held
-# to what its lessons reached: its remaining misses are open work (docs/diagnosis-corpus.md), never to be
-# hidden by a lower bar later.
-BARS = {"public": (20, 0.95), "heldout": (8, 0.95), "round3": (20, 0.87)}
+# name: (the fewest hung moments it must hold, the share of first lines it must get right). A round joins at
+# its first-sight figure's lessons: round 3 went 49/79 -> 77/79 (docs/diagnosis-corpus.md).
+BARS = {"public": (20, 0.95), "heldout": (8, 0.95), "round3": (20, 0.95)}
 # name: (folder, its moments, the fewest hung moments it must hold)
 CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, (hung, _) in BARS.items()}
 
