@@ -105,7 +105,7 @@ async def test_a_host_that_stops_answering_is_one_incident(tmp_path, stub):
     now, down = [time.time()], [False]
 
     class Down:
-        async def run(self, script, *, timeout):
+        async def run(self, script, *, timeout, limit=None):
             return RunResult(failure="host pve1 (127.0.0.1:22) refused the connection", failure_kind="unreachable")
 
     def runner_for(run):
@@ -137,7 +137,7 @@ async def test_one_container_down_is_its_runs_own_news(tmp_path, stub):
     now = [time.time()]
 
     class Stopped:
-        async def run(self, script, *, timeout):
+        async def run(self, script, *, timeout, limit=None):
             return RunResult(failure="container 200 on pve1 is not running", failure_kind="container")
 
     wd = watchdog(tmp_path, stub, config(runs), lambda run: Stopped() if run.name == "r0" else

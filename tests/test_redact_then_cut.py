@@ -93,7 +93,7 @@ async def test_a_probe_that_fails_unexpectedly_says_so_redacted_then_cut() -> No
     from bot.probe.replay import DefaultRun
 
     class Broken:
-        async def run(self, script: str, *, timeout: float):
+        async def run(self, script: str, *, timeout: float, limit=None):
             raise ValueError(straddling(300, "the probe failed: ValueError: bad line \x1b[2J").split(": ", 2)[2])
 
     v = await check_within(DefaultRun("r"), lambda run: Broken(), timeout=5)

@@ -47,7 +47,7 @@ class Targets:
         targets = self
 
         class Runner:
-            async def run(self, script, *, timeout):
+            async def run(self, script, *, timeout, limit=None):
                 targets.started.append(run.name)
                 targets.active += 1
                 targets._by_host[run.host] = targets._by_host.get(run.host, 0) + 1
@@ -228,7 +228,7 @@ async def test_a_container_that_does_not_answer_holds_up_only_its_own_batch(tmp_
             inner = super().runner_for(run)
 
             class Runner:
-                async def run(self, script, *, timeout):
+                async def run(self, script, *, timeout, limit=None):
                     if run.container == 201:
                         await asyncio.sleep(3600)
                     return await inner.run(script, timeout=timeout)

@@ -290,7 +290,7 @@ async def test_unreachable_three_sweeps_in_a_row(lab, tmp_path):
     wd = lab()
 
     class Down:
-        async def run(self, script, *, timeout):
+        async def run(self, script, *, timeout, limit=None):
             return RunResult(failure="host pve9 did not answer (connection refused)", failure_kind="unreachable")
 
     wd.targets = type("T", (), {"runner_for": lambda self, run: Down()})()
@@ -306,7 +306,7 @@ async def test_a_stuck_probe_holds_up_only_its_own_runs_and_not_the_sweep(lab, t
     wd = lab(timeout="30s")
 
     class Stuck:
-        async def run(self, script, *, timeout):
+        async def run(self, script, *, timeout, limit=None):
             await asyncio.sleep(3600)
 
     wd.targets = type("T", (), {"runner_for": lambda self, run: Stuck()})()
