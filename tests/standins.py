@@ -155,3 +155,10 @@ def immutable(*paths: Path) -> bool:
 def mutable(*paths: Path) -> None:
     for p in paths:
         subprocess.run(["chattr", "-i", str(p)], capture_output=True)
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak RSS (VmHWM). Not getrusage's ru_maxrss: Linux carries that over fork and exec,
+    so a child of a big pytest process reports its parent's size (350 MB late in the suite) as its own."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) * 1024

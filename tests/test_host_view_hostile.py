@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -49,21 +50,25 @@ def box(tmp_path, node_tmp):
     b.close()
 
 
+# `python -m bot ARGS`, saying its own peak RSS when it exits (getrusage's ru_maxrss would be the pytest
+# parent's: Linux carries it over fork and exec; tests.standins.peak_rss_bytes says why).
+_WITH_PEAK = """
+import atexit, os, runpy, sys
+from tests.standins import peak_rss_bytes
+atexit.register(lambda: open(os.environ["RUNBOT_PEAK_FILE"], "w").write(str(peak_rss_bytes())))
+sys.argv = ["runbot", *sys.argv[1:]]
+runpy.run_module("bot", run_name="__main__")
+"""
+
+
 def cli_with_peak_rss(*args: str) -> tuple[subprocess.CompletedProcess, int]:
-    """`runbot ARGS` as a user runs it, and the most memory (RSS, bytes) it ever held (wait4's rusage)."""
-    proc = subprocess.Popen([sys.executable, "-m", "bot", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd=REPO)
-    said: dict[str, bytes] = {}
-    readers = [threading.Thread(target=lambda k=k, f=f: said.__setitem__(k, f.read()))
-               for k, f in (("out", proc.stdout), ("err", proc.stderr))]
-    for r in readers:
-        r.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    for r in readers:
-        r.join()
-    return (subprocess.CompletedProcess(proc.args, proc.returncode, said["out"].decode(), said["err"].decode()),
-            usage.ru_maxrss * 1024)
+    """`runbot ARGS` as a user runs it, and the most memory (RSS, bytes) it ever held."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "peak"
+        done = subprocess.run([sys.executable, "-c", _WITH_PEAK, *args], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+                                   "RUNBOT_PEAK_FILE": str(peak_file)}, cwd=REPO)
+        return done, int(peak_file.read_text())
 
 
 class Watch:

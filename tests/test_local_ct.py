@@ -87,14 +87,15 @@ def test_check_config_says_the_ct_is_entered_on_this_machine(tmp_path: Path, cap
 
 
 FLOOD = """
-import asyncio, json, resource, sys
+import asyncio, json, sys
 from bot.probe.checkup import check
 from bot.probe.replay import DefaultRun
 from bot.probe.runners import LocalRunner
+from tests.standins import peak_rss_bytes
 env = json.loads(sys.argv[1])
 verdict = asyncio.run(check(DefaultRun("x", "/workspace/train.log"), LocalRunner(env, container=200), timeout=60))
 print(json.dumps({"headline": verdict.headline, "phase": verdict.phase.value,
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mib": peak_rss_bytes() / 2**20}))
 """
 
 
