@@ -63,7 +63,7 @@ _SERVE = """Slack tokens and modes (environment, or a .env file in the working d
   The tokens' shapes are checked before anything is sent, then Slack is asked once
   whether they work. Setup: docs/slack.md.
 Monitoring, in either mode, when [bot] asks (docs/metrics.md):
-  metrics_listen = "127.0.0.1:9464"   GET /metrics (Prometheus) on its own listener
+  metrics_listen = "127.0.0.1:9464"   GET /metrics (Prometheus) and /healthz on their own listener
   heartbeat_url = "https://hc-ping.com/<uuid>"   pinged each sweep (/start, success, /fail)"""
 
 

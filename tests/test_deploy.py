@@ -90,4 +90,4 @@ def test_the_build_context_holds_what_the_image_copies_and_leaves_the_rest_out()
 def test_the_image_entrypoint_is_what_a_plain_install_gives() -> None:
     """The image runs `pip install .`, which CI proves (.ci/wheel-check); its ENTRYPOINT is that install's runbot."""
     done = subprocess.run([str(RUNBOT), "serve", "--help"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and "metrics_listen" in done.stdout + (ROOT / "docs" / "configuration.md").read_text()
+    assert done.returncode == 0 and "metrics_listen" in done.stdout  # the listener the HEALTHCHECK asks

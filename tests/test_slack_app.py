@@ -6,7 +6,6 @@ import contextlib
 import asyncio
 import json
 import logging
-import sys
 import time
 import types
 import urllib.parse
@@ -654,20 +653,26 @@ async def test_a_replayed_request_is_answered_once(make_bot, stub, caplog):
     assert not [r for r in caplog.records if r.exc_info]
 
 
+async def _raw_post(bot, headers: dict[str, str], length: int, sent_body: str, wait: float) -> tuple[bool, bytes, float]:
+    """A POST written by hand (declaring `length`, sending only `sent_body`): whether the server closed the
+    connection within `wait`, what it said, and how long after the last byte."""
+    port = int(bot.url.rsplit(":", 1)[1])
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {length}\r\n\r\n{sent_body}".encode())
+    await writer.drain()
+    sent = time.monotonic()
+    closed, said = await _closed_within(reader, wait)
+    took = time.monotonic() - sent
+    writer.close()
+    return closed, said, took
+
+
 async def test_a_stalled_body_is_closed_within_the_body_timeout(make_bot):
     # Headers and part of a body, then nothing: the connection must close at the timeout, not later.
     async with make_bot(timeouts={"header_timeout": 5.0, "body_timeout": 1.5}) as bot:
-        port = int(bot.url.rsplit(":", 1)[1])
         body = slash_body("status dflash", response_url=bot.stub.response_url("stalled"))
-        head = "".join(f"{k}: {v}\r\n" for k, v in sign(body).items())
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n"
-                     f"{body[:len(body) // 2]}".encode())
-        await writer.drain()
-        sent = time.monotonic()
-        closed, said = await _closed_within(reader, 5.0)
-        took = time.monotonic() - sent
-        writer.close()
+        closed, said, took = await _raw_post(bot, sign(body), len(body), body[:len(body) // 2], 5.0)
         assert closed and said.startswith(b"HTTP/1.1 408"), said
         assert 1.4 < took < 2.2, f"closed {took:.2f} s after the last byte (body timeout 1.5 s)"
         assert (await bot.post("payload=x", sign("payload=x")))[0] == 400  # the server still serves
@@ -675,15 +680,7 @@ async def test_a_stalled_body_is_closed_within_the_body_timeout(make_bot):
 
 async def test_a_body_declared_too_large_is_refused_before_it_is_read(make_bot):
     async with make_bot(timeouts={"header_timeout": 5.0, "body_timeout": 3.0}) as bot:
-        port = int(bot.url.rsplit(":", 1)[1])
-        head = "".join(f"{k}: {v}\r\n" for k, v in sign("x").items())
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"POST /slack/events HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {50 << 20}\r\n\r\nxx".encode())
-        await writer.drain()
-        sent = time.monotonic()
-        closed, said = await _closed_within(reader, 6.0)
-        took = time.monotonic() - sent
-        writer.close()
+        closed, said, took = await _raw_post(bot, sign("x"), 50 << 20, "xx", 6.0)
         assert closed and said.startswith(b"HTTP/1.1 413"), said
         assert took < 1.0, f"refused after {took:.2f} s"
 
