@@ -151,6 +151,21 @@ async def test_one_container_down_is_its_runs_own_news(tmp_path, stub):
     wd.state_file.close()
 
 
+def spy_on_queue(monkeypatch) -> dict[int, tuple[str, str, float]]:
+    """Every outbox row the ledger queues from now on: its id -> (run, op, when it was decided)."""
+    queued: dict[int, tuple[str, str, float]] = {}
+    real_queue = Ledger._queue
+
+    def queue(self, run, seq, m, at, concern=None):
+        row_id = real_queue(self, run, seq, m, at, concern)
+        if row_id is not None:
+            queued[row_id] = (run, m.op, at)
+        return row_id
+
+    monkeypatch.setattr(Ledger, "_queue", queue)
+    return queued
+
+
 def news_lags(ledger: Ledger, queued: dict[int, tuple[str, str, float]]) -> tuple[list[float], dict[str, float]]:
     """Simulated seconds from each post or reply decided to the Slack call that showed it: its own, or (folded
     into a digest) the digest's next call. Returns every lag, and each run's first alert's."""
@@ -173,16 +188,7 @@ async def test_a_hundred_flapping_runs_are_one_digest_and_a_crash_still_goes_out
     runs = "".join(f'[runs.flap{i}]\nhost = "local"\nlog = "/x/flap{i}.log"\n' for i in range(100))
     runs += "".join(f'[runs.{name}]\nhost = "local"\nlog = "/x/{name}.log"\n' for name in ("crasher", "late"))
     now, sweep = [time.time()], [0]
-    queued: dict[int, tuple[str, str, float]] = {}
-    real_queue = Ledger._queue
-
-    def queue(self, run, seq, m, at, concern=None):
-        row_id = real_queue(self, run, seq, m, at, concern)
-        if row_id is not None:
-            queued[row_id] = (run, m.op, at)
-        return row_id
-
-    monkeypatch.setattr(Ledger, "_queue", queue)
+    queued = spy_on_queue(monkeypatch)
 
     def runner_for(run):
         if run.name == "crasher":  # at the storm's worst: every run still told change by change
@@ -298,16 +304,7 @@ async def test_on_the_real_clock_a_storm_is_out_in_seconds_and_a_crash_at_once(t
     runs = "".join(f'[runs.flap{i}]\nhost = "local"\nlog = "/x/flap{i}.log"\n' for i in range(40))
     runs += '[runs.crasher]\nhost = "local"\nlog = "/x/crasher.log"\n'
     sweep = [0]
-    queued: dict[int, tuple[str, str, float]] = {}
-    real_queue = Ledger._queue
-
-    def queue(self, run, seq, m, at, concern=None):
-        row_id = real_queue(self, run, seq, m, at, concern)
-        if row_id is not None:
-            queued[row_id] = (run, m.op, at)
-        return row_id
-
-    monkeypatch.setattr(Ledger, "_queue", queue)
+    queued = spy_on_queue(monkeypatch)
     wd = watchdog(tmp_path, stub, config(runs), lambda run: CannedRunner(
         crashing(sweep, 4) if run.name == "crasher" else flapping(sweep)), time.time)
     for sweep[0] in range(8):
