@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bot.probe.runners import RunResult
 
 # pct (Perl) dies before running anything, so its message is the whole of stderr's first
 # lines; the command's own output can never produce these because it never ran. Patterns are
@@ -61,3 +66,12 @@ def pct_failure(stdout_text: str, stderr_text: str, ct: int, host_name: str | No
         if _NOT_ROOT.search(head):
             return f"pct on {on} refused our user: it needs root ({root})"
     return None
+
+
+def with_pct_verdict(result: RunResult, ct: int, host_name: str | None) -> RunResult:
+    """`result` of a command run through `pct exec CT`, with pct's own failure (if it failed before running
+    anything) as the typed verdict: the one reading both transports share."""
+    if result.failure is not None:
+        return result
+    verdict = pct_failure(result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace"), ct, host_name)
+    return replace(result, failure=verdict, failure_kind="container") if verdict else result

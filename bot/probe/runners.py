@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Protocol
 
-from bot.probe.proxmox import pct_exec_argv, pct_failure
+from bot.probe.proxmox import pct_exec_argv, with_pct_verdict
 
 
 @dataclass(frozen=True)
@@ -89,12 +89,7 @@ class LocalRunner:
 
     async def run(self, script: str, *, timeout: float, limit: int | None = None) -> RunResult:
         result = await self._run(script, timeout, limit)
-        if result.failure is None and self.container is not None:
-            verdict = pct_failure(result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace"),
-                                  self.container, None)
-            if verdict:
-                return replace(result, failure=verdict, failure_kind="container")
-        return result
+        return result if self.container is None else with_pct_verdict(result, self.container, None)
 
     async def _run(self, script: str, timeout: float, limit: int | None) -> RunResult:
         started = time.monotonic()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import replace
 from typing import Mapping
 
-from bot.probe.proxmox import pct_exec_argv, pct_failure
+from bot.probe.proxmox import pct_exec_argv, with_pct_verdict
 from bot.probe.runners import RunResult
 
 # SshHost and SshFailure live in their own modules; bot.probe.ssh stays the one import callers need.
@@ -45,16 +44,7 @@ class SshRunner:
         what = t.name if self.container is None else f"{t.name} (container {self.container})"
         timeout = min(timeout, t.command_timeout)
         result = await self.host.run(self.command(script, timeout), timeout=timeout, what=what, limit=limit)
-        if result.failure is None and self.container is not None:
-            verdict = pct_failure(
-                result.stdout.decode(errors="replace"),
-                result.stderr.decode(errors="replace"),
-                self.container,
-                t.name,
-            )
-            if verdict:
-                return replace(result, failure=verdict, failure_kind="container")
-        return result
+        return result if self.container is None else with_pct_verdict(result, self.container, t.name)
 
 
 class SshPool:

@@ -26,7 +26,9 @@ class Targets:
         if host == LOCAL:
             if container is None:
                 return self._local
-            return self._local_cts.setdefault(container, LocalRunner(self._local_env, container))
+            if container not in self._local_cts:  # one per CT, made once: a runner copies the environment
+                self._local_cts[container] = LocalRunner(self._local_env, container)
+            return self._local_cts[container]
         return self._ssh_pool().runner(host, container)
 
     def host_runner(self, host: str) -> Runner:
