@@ -15,7 +15,7 @@ _KEYWORDS = r"pass|pwd|secret|token|key|auth|cred"
 # none of them: `in` on the casefolded text (which, like re's IGNORECASE, takes ſ for s and the
 # Kelvin sign for k), first whole, then line by line, skips those for far less than the _KV scan
 # costs (an IGNORECASE search for the words took 6 ms on a 64 KiB window, `in` 0.1 ms).
-_KV_HINTS = ("pass", "pwd", "token", "secret", "key", "auth", "cred")
+_KV_HINTS = tuple(_KEYWORDS.split("|"))  # the same words, so the two cannot drift apart
 # One character of an unquoted value: `\x` escapes; a `;` ends it only before a space or another
 # `Name=` (a connection string's next field).
 _WORD_CHAR = r"(?:\\.|[^\s'\"\\,;&)}=]|;(?![\s;]|$|[A-Za-z][\w ]{0,40}=))"

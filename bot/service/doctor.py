@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from bot.core import humanize as hz
-from bot.core.redact import clean_line
+from bot.core.redact import printable
 from bot.probe.targets import Targets
 from bot.render.doctor import Check, Outcome, passed, report
 from config.registry import LOCAL, ConfigError, Registry, Run, faults_of, load_registry
@@ -148,7 +148,7 @@ async def _place(host: str, ct: int | None, runs: list[Run], targets: Targets) -
         checks.append(Check(f"{where}: nvidia-smi answering", FAIL, f"nvidia-smi is not on the PATH in {where}",
                             "install the NVIDIA driver's user-space tools there (the host's driver version)"))
     else:
-        said = hz.trim(clean_line(answers), SMI_SAID_CHARS) or "no output"  # redacted first, then cut
+        said = hz.trim(printable(answers), SMI_SAID_CHARS) or "no output"  # trim redacts, then cuts
         checks.append(Check(f"{where}: nvidia-smi answering", FAIL, f"nvidia-smi failed: {said}",
                             "check the GPU devices (/dev/nvidia*) are passed into it and the driver versions match"))
     states = dict(zip(logs, words[1:]))
