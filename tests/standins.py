@@ -91,14 +91,21 @@ def writer_holding(log: Path, *, mode: str = ">>") -> Iterator[subprocess.Popen]
     try:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # wait until the fd is really open
-            if any(os.path.realpath(f"/proc/{proc.pid}/fd/{fd}") == str(log.resolve())
-                   for fd in _fds(proc.pid)):
+            if any(_target(proc.pid, fd) == str(log.resolve()) for fd in _fds(proc.pid)):
                 break
             time.sleep(0.01)
         yield proc
     finally:
         proc.kill()
         proc.wait()
+
+
+def _target(pid: int, fd: str) -> str | None:
+    """Where a process's fd points, or None once it is gone (bash closes and opens fds while it execs)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
 
 
 def _fds(pid: int) -> list[str]:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from bot.probe.checkup import check
 from bot.probe.runners import LocalRunner
 from bot.probe.targets import Targets
 from config.registry import ConfigError, faults_of, parse_registry
+from tests.host_standins import hostile_ct
 from tests.sshd import PCT_BIN
 from tests.standins import writer_holding
 
@@ -101,12 +105,6 @@ print(json.dumps({"headline": verdict.headline, "phase": verdict.phase.value,
 
 def test_a_ct_whose_bash_floods_the_run_probe_costs_a_bounded_read(node: dict[str, str], tmp_path: Path) -> None:
     """In a CT, `bash` is the tenant's: 300 MB on stdout must stop at the probe's bound, not fill the bot (issue 19 #1)."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.host_standins import hostile_ct
-
     hostile_ct(Path(node["PCT_STATE_DIR"]), 200, "train-7b", "head -c 300000000 /dev/zero | tr '\\\\0' x\n")
     done = subprocess.run([sys.executable, "-c", FLOOD, json.dumps(node)], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parent.parent)
