@@ -178,6 +178,9 @@ async def test_every_probe_is_added_to_the_runs_memory(tmp_path):
         def recent(self, run):
             return ()
 
+        def learned(self, run):
+            return None
+
         def record(self, run, verdict):
             self.recorded.append(run)
 

@@ -119,9 +119,9 @@ async def test_a_frozen_disk_does_not_hold_the_event_loop(tmp_path, monkeypatch)
     thaw = threading.Event()
     real_apply = Store.apply
 
-    def frozen(self, changes, points=(), tallies=()):
+    def frozen(self, changes, points=(), tallies=(), formats=()):
         thaw.wait(30)
-        return real_apply(self, changes, points, tallies)
+        return real_apply(self, changes, points, tallies, formats)
 
     monkeypatch.setattr(Store, "apply", frozen)
     monkeypatch.setattr(Store, "dump", lambda self, ledger: thaw.wait(30))
@@ -203,8 +203,8 @@ async def test_a_steady_run_is_not_written_every_sweep(tmp_path, monkeypatch):
     wd = make(tmp_path, tmp_path / "state.sqlite3")
     writes = []
     real_apply = Store.apply
-    monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=():
-                        writes.append(list(changes)) or real_apply(self, changes, points, tallies))
+    monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=(), formats=():
+                        writes.append(list(changes)) or real_apply(self, changes, points, tallies, formats))
     # beta steps all along, so that it stays healthy however long the sweeps take on a loaded machine.
     with writer_holding(tmp_path / "alpha.log"), writer_holding(tmp_path / "beta.log"), stepping(tmp_path / "beta.log"):
         set_age(tmp_path / "alpha.log", 60)  # one run silent (an open incident), one healthy

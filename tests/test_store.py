@@ -189,6 +189,7 @@ async def test_a_schema_3_file_gains_the_digest_columns_and_a_digest_round_trips
     db = sqlite3.connect(path)
     db.execute("ALTER TABLE incidents DROP COLUMN digest")
     db.execute("ALTER TABLE outbox DROP COLUMN note")
+    db.execute("DROP TABLE formats")  # schema 5's
     db.execute("INSERT INTO incidents (run, seq, channel, parent_ts, opened_at) VALUES ('a', 3, 'C1', '1.1', ?)", (T0,))
     db.execute("INSERT INTO outbox (key, run, seq, op, payload, created_at) VALUES ('a#3:1', 'a', 3, 'reply', '{}', ?)", (T0,))
     db.execute("PRAGMA user_version=3")

@@ -672,8 +672,8 @@ async def test_a_quiet_sweep_writes_every_runs_points_in_one_transaction(lab, tm
     wd = lab()
     writes = []
     real = Store.apply
-    monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=(): (
-        writes.append((len(list(changes)), sorted(r for r, _ in points))), real(self, changes, points, tallies))[1])
+    monkeypatch.setattr(Store, "apply", lambda self, changes, points=(), tallies=(), formats=(): (
+        writes.append((len(list(changes)), sorted(r for r, _ in points))), real(self, changes, points, tallies, formats))[1])
     with writer_holding(tmp_path / "alpha.log"):
         await wd.sweep()  # the first sweep: both runs' first states are decisions, written as they come
         writes.clear()

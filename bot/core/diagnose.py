@@ -4,11 +4,13 @@ evidence (the remote clock) and the previous verdict, never from a clock of our 
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from typing import Mapping, Protocol, Sequence
 
 from bot.core.evidence import Evidence
 from bot.core.facts import Step
 from bot.core.history import Point
+from bot.core.learned import learn
 from bot.core.gpus import classify
 from bot.core.stages.activity import activity
 from bot.core.stages.freshness import freshness
@@ -61,8 +63,16 @@ def learned_threshold(steps: Sequence[Step]) -> float | None:
 
 def diagnose(ev: Evidence, run: RunPolicy, *, previous: Verdict | None = None,
              history: Sequence[Point] = ()) -> Verdict:
-    """recognise (the evidence) -> activity -> liveness -> freshness -> trends -> findings and headline.
+    """recognise (the evidence) -> activity -> liveness -> freshness -> trends -> findings and headline, and
+    what this look adds to the run's learned format (`Verdict.learned`, for its next look).
     `history`: the run's remembered points, oldest first (bot.core.history), for trends and their alerts."""
+    verdict = _diagnose(ev, run, previous=previous, history=history)
+    taught = learn(ev.learned, inode=ev.log.inode, size=ev.log.size, now=ev.now, sightings=ev.sightings,
+                   counter=ev.counter, news=ev.news)
+    return replace(verdict, learned=taught) if taught is not None else verdict
+
+
+def _diagnose(ev: Evidence, run: RunPolicy, *, previous: Verdict | None, history: Sequence[Point]) -> Verdict:
     gpu = classify(ev.gpus, run.roles)
     if not ev.log.exists:
         return no_log(ev, run, gpu)

@@ -12,8 +12,9 @@ from bot.core.crashes import find_crashes
 from bot.core.facts import Crash, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
 from bot.core.grammar import LineStamps, eval_noun, fields, is_eval_key, is_loss_key, last_frame, message, split_rank_prefix
+from bot.core.learned import CounterRule, Learned, Sighting, learn_counter, news_line
 from bot.core.markers import Mark, Marker, find_markers
-from bot.core.progress import bar_step, read_progress, recognise, table_header, table_step
+from bot.core.progress import bar_step, clean, read_progress, recognise, table_header, table_step
 from bot.core.redact import printable, redact_secrets
 from bot.core.sections import LINE_CAP, Sections
 
@@ -35,6 +36,7 @@ class LogFile:
     mtime: float | None = None
     readable: bool = True
     dir_exists: bool = True
+    inode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class Evidence:
     processes: tuple[Process, ...] = ()  # likely training processes on the target
     gpus: GpuReadings = field(default_factory=GpuReadings)
     problems: tuple[str, ...] = ()  # parts of the probe that failed, in words
+    counter: CounterRule | None = None  # the loop's counter as earlier looks taught it (bot.core.learned)
+    sightings: tuple[Sighting, ...] = ()  # the window's recent templates, for the next look (bot.core.learned)
+    news: str = ""  # before the first step: the newest line that is not a repeat (heartbeats repeat)
+    learned: Learned | None = None  # what earlier looks learned of this log, when it still holds for it
 
     @property
     def silent_for(self) -> float | None:
@@ -152,8 +158,9 @@ def _log_file(path: str, meta: dict[str, str]) -> LogFile:
     if meta.get("exists") == "0":
         return LogFile(path, exists=False, dir_exists=meta.get("dir") != "0")
     size = _number(meta.get("size"))
+    inode = _number(meta.get("inode"))
     return LogFile(path, exists=True, size=int(size) if size is not None else None, mtime=_number(meta.get("mtime")),
-                   readable=meta.get("readable") != "0")
+                   readable=meta.get("readable") != "0", inode=int(inode) if inode is not None else None)
 
 
 def parse_processes(text: str) -> tuple[Process, ...]:
@@ -386,10 +393,12 @@ def _problems(sections: Sections, log: LogFile) -> list[str]:
     return problems
 
 
-def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
-    """Parse a probe's sections. Never raises: what cannot be read becomes a problem."""
+def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learned | None = None) -> Evidence:
+    """Parse a probe's sections. Never raises: what cannot be read becomes a problem. `learned`: what earlier
+    looks at the run learned of its format (used only while it holds for the log as it is now)."""
     meta = _key_values(sections.text("meta", 4096))
     log = _log_file(log_path, meta)
+    learned = learned if learned is not None and learned.holds_for(log.inode, log.size) else None
     window = _unescape_syslog(sections.text("window"))
     truncated = bool(log.size and log.size > len(sections.get("window") or b""))
     if truncated:
@@ -405,7 +414,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
     earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
     bars = _bars(raw_lines, lines)
     reading = _reading_lines(lines, bars)
-    progress = read_progress(reading, stamps, earlier)
+    progress, counter = _read_progress_learning(reading, stamps, earlier, learned)
     bars = tuple(_place(_inner(_against_counter(bars, progress.steps, lines))))
     steps = _with_epoch_loss(_progress(progress.steps, lines, bars), lines)
     bars = _with_evaluation(bars, progress.evaluation)
@@ -435,7 +444,24 @@ def read_evidence(sections: Sections, log_path: str, custom=None) -> Evidence:
                                sections.text("gpu.window", 1 << 18) if "gpu.window" in sections.parts else None,
                                sections.rc("gpu.window")),
         problems=tuple(_problems(sections, log)),
+        counter=counter,
+        sightings=progress.sightings,
+        news=news_line(lines, clean) if not steps else "",
+        learned=learned,
     )
+
+
+def _read_progress_learning(reading, stamps, earlier, learned: Learned | None):
+    """The window's progress, read by the counter earlier looks taught — and when the numbers that moved since
+    the last look say the window's own reading took the wrong one (or found none), read again by that one."""
+    rule = learned.counter if learned is not None else None
+    progress = read_progress(reading, stamps, earlier, rule)
+    if learned is None:
+        return progress, None
+    counter = learn_counter(learned, progress.sightings, progress.loop)
+    if counter is not None and counter != progress.loop and counter != rule:
+        progress = read_progress(reading, stamps, earlier, counter)
+    return progress, counter
 
 
 def _with_after(markers: tuple[Marker, ...], bars: Sequence[BarLine]) -> tuple[Marker, ...]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from bot.core.bars import Bar
 from bot.core.facts import Step
+from bot.core.learned import MAX_SIGHTINGS, MAX_TEMPLATE, CounterRule, Sighting
 from bot.core.grammar import (
     number,
     MAX_FIELDS,
@@ -284,6 +285,8 @@ class Progress:
 
     steps: tuple[Step, ...] = ()
     evaluation: Step | None = None
+    loop: CounterRule | None = None  # the loop's template and which of its numbers counts
+    sightings: tuple[Sighting, ...] = ()  # the window's most recent templates, newest first (bot.core.learned)
 
 
 def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = ()) -> tuple[Step, ...]:
@@ -295,11 +298,14 @@ def recognise(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier
     return read_progress(lines, stamps, earlier).steps
 
 
-def read_progress(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = ()) -> Progress:
-    found = _series(list(enumerate(fold_tables(lines))), stamps)
+def read_progress(lines: Sequence[str], stamps: Sequence[float | None] = (), earlier: Sequence[str] = (),
+                  rule: CounterRule | None = None) -> Progress:
+    """`rule`: the counter earlier looks at this log learned (bot.core.learned): its template is the loop's
+    even when the window holds one line of it, or its numbers have no names."""
+    found = _series(list(enumerate(fold_tables(lines))), stamps, rule)
     if not found.steps and earlier:
-        found = Progress(_series([(-len(earlier) + i - 1, t) for i, t in enumerate(fold_tables(earlier))], ()).steps,
-                         found.evaluation)
+        back = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(fold_tables(earlier))], (), rule)
+        found = replace(found, steps=back.steps, loop=back.loop)
     return found
 
 
@@ -344,27 +350,59 @@ class _Found:
     counter: int | None
     groups: dict
     evaluation: _Line | None  # the latest evaluation line with an n/total counter
+    sightings: tuple[Sighting, ...] = ()
 
 
-def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None]) -> Progress:
+def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None], rule: CounterRule | None = None) -> Progress:
     with_digits = [(i, t) for i, t in numbered if _DIGIT.search(t)]
-    found = _latest(with_digits[-RECENT_LINES:])
+    found = _latest(with_digits[-RECENT_LINES:], rule)
     if len(with_digits) > RECENT_LINES and (found.group is None or found.rank > 0):
-        found = _latest(with_digits)
+        found = _latest(with_digits, rule)
     evaluation = None
     if (line := found.evaluation) is not None:
         counter = max(i for i, f in enumerate(line.fields) if f.total is not None)
         evaluation = _step(line, counter, _stamp(stamps, line.index))
     if found.group is None:
-        return Progress((), evaluation)
+        return Progress((), evaluation, sightings=found.sightings)
     kept = found.group[-KEPT_STEPS:]
     steps = tuple(_step(line, found.counter, _stamp(stamps, line.index)) for line in kept)
     if steps[-1].step is None:
         steps = _borrow_counter(steps, found.groups)
-    return Progress(steps, evaluation)
+    loop = CounterRule(found.group[-1].template[:MAX_TEMPLATE], found.counter) if found.counter is not None else None
+    return Progress(steps, evaluation, loop, found.sightings)
 
 
-def _latest(numbered: Sequence[tuple[int, str]]) -> _Found:
+def _sighting(tpl: str, raw: str) -> Sighting | None:
+    """A template's newest line as the next look will compare it: its numbers, and which could count a loop."""
+    if (is_eval_template(tpl) and not _train_words(tpl)) or _NOT_PROGRESS.search(text := clean(raw)) or _IS_BAR.search(text):
+        return None
+    fs = fields(text, MAX_FIELDS + 1)
+    if not fs or len(fs) > MAX_FIELDS:
+        return None
+    countable = tuple(i for i, f in enumerate(fs) if f.is_int and f.finite and f.value >= 0 and not is_loss_key(f.key)
+                      and f.key not in RATE_KEYS and f.unit not in RATE_UNITS and f.unit != "clock"
+                      and f.key not in STEP_TIME_KEYS and f.key not in _ELAPSED_KEYS)
+    measured = _metric(fs) or any(not f.is_int and f.finite for f in fs)
+    return Sighting(tpl[:MAX_TEMPLATE], tuple(f.value if f.finite else 0.0 for f in fs), countable, measured)
+
+
+def _sightings(by_template: dict[str, list[tuple[int, str]]]) -> tuple[Sighting, ...]:
+    recent = sorted(by_template.items(), key=lambda kv: kv[1][-1][0], reverse=True)[:MAX_SIGHTINGS]
+    return tuple(s for tpl, items in recent if (s := _sighting(tpl, items[-1][1])) is not None)
+
+
+def _ruled(rule: CounterRule, items: Sequence[tuple[int, str]]) -> list[_Line]:
+    """The lines of a learned loop's template, read whatever their numbers are called."""
+    out = []
+    for index, raw in items[-READ_PER_TEMPLATE:]:
+        text = clean(raw)
+        fs = tuple(fields(text, MAX_FIELDS + 1))
+        if rule.field < len(fs) <= MAX_FIELDS and fs[rule.field].is_int and not _IS_BAR.search(text):
+            out.append(_Line(index, raw.strip(), rule.template, fs, text))
+    return out
+
+
+def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None) -> _Found:
     """The latest best-ranked series among these lines, and the latest evaluation line with a total."""
     # Lines grouped by template first (cheap), and only each template's last lines read field by field:
     # the latest series is what counts.
@@ -372,7 +410,11 @@ def _latest(numbered: Sequence[tuple[int, str]]) -> _Found:
     for index, text in numbered:
         by_template[template(clean(text))].append((index, text))
     groups: dict[str, list[_Line]] = defaultdict(list)
-    for items in by_template.values():
+    for tpl, items in by_template.items():
+        if rule is not None and tpl[:MAX_TEMPLATE] == rule.template:
+            if ruled := _ruled(rule, items):
+                groups[tpl] = ruled
+            continue
         for index, text in items[-READ_PER_TEMPLATE:]:
             if (c := _candidate(index, text)) is not None and not END_METRICS.search(text):
                 groups[c.template].append(c)
@@ -386,6 +428,10 @@ def _latest(numbered: Sequence[tuple[int, str]]) -> _Found:
             if any(f.total is not None and f.is_int for f in last.fields) and (evaluation is None or last.index > evaluation.index):
                 evaluation = last
             continue
+        if rule is not None and tpl[:MAX_TEMPLATE] == rule.template:
+            # Learned at earlier looks: the number that advanced between them counts, one line is enough.
+            ranked.append((0, group[-1].index, group, rule.field))
+            continue
         counter = _choose_counter(group)
         has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
         if counter is None and not (has_loss and (len(group) >= 2 or _metric(group[-1].fields))):
@@ -394,13 +440,14 @@ def _latest(numbered: Sequence[tuple[int, str]]) -> _Found:
             continue  # one `step 3` in prose is not a loop
         rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and has_loss else 2
         ranked.append((rank, group[-1].index, group, counter))
+    seen = _sightings(by_template)
     if not ranked:
-        return _Found(3, None, None, groups, evaluation)
+        return _Found(3, None, None, groups, evaluation, seen)
     best_rank = min(r for r, *_ in ranked)
     # The latest loop; a lesser series only when it comes later and no loop does (a summary after
     # the loop is not the loop).
     rank, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
-    return _Found(rank, group, counter, groups, evaluation)
+    return _Found(rank, group, counter, groups, evaluation, seen)
 
 
 def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from bot.core.alerts import RunState, Status
 from bot.core.history import MAX_COUNT, Point, RoleLoad, Tally, finite
+from bot.core.learned import Learned, from_record
 from bot.core.ledger import OPS, Incident, Message, Watch
 from bot.core.verdict import Concern, Level, Phase
 
@@ -130,6 +131,12 @@ def tally(r: Row) -> Tally:
     return Tally(whole(r["segment"]), clock(r["started"]), clock(r["last_t"]), maybe(whole, r["first_step"]),
                  maybe(whole, r["last_step"]), maybe(real, r["final_loss"]), maybe(real, r["best_loss"]),
                  real(r["rate_sum"]), whole(r["rate_n"]), maybe(text, r["unit"]))
+
+
+@guarded
+def learned(v: Any) -> Learned:
+    """A run's learned format from its JSON (bot.core.learned)."""
+    return from_record(_json(v, dict))
 
 
 @guarded

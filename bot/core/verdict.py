@@ -9,6 +9,7 @@ from typing import Iterable
 
 from bot.core.facts import Crash, Process, Step
 from bot.core.gpus import GpuReport
+from bot.core.learned import Learned
 
 
 class Level(enum.IntEnum):
@@ -201,6 +202,7 @@ class Verdict:
     said: frozenset[Said | Finding] = frozenset()  # what the headline states (findings it names included)
     observed_at: float | None = None  # remote clock of the probe
     failure_kind: str | None = None  # set when the target could not be reached
+    learned: Learned | None = None  # the run's format as its log has shown it so far (the next look starts from it)
 
     @property
     def reached(self) -> bool:

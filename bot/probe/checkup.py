@@ -16,6 +16,7 @@ from bot.core import humanize as hz
 from bot.core.diagnose import RunPolicy, diagnose, unreachable
 from bot.core.evidence import read_evidence
 from bot.core.history import Point
+from bot.core.learned import Learned
 from bot.core.redact import printable
 from bot.core.sections import moved_on, split_runs
 from bot.probe.script import ProbeTarget, build_group_script, build_script, output_bound
@@ -34,26 +35,28 @@ class CheckableRun(RunPolicy, ProbeTarget, Protocol):
 
 
 def verdict_from_output(run: CheckableRun, result: RunResult, nonce: str, previous: Verdict | None = None, *,
-                        later: float = 0.0, history: Sequence[Point] = ()) -> Verdict:
+                        later: float = 0.0, history: Sequence[Point] = (), learned: Learned | None = None) -> Verdict:
     """Turn a finished probe into a verdict (pure; replays and tests run captured probes through it).
     `later`: read it that many seconds on, as if the run had frozen since."""
     [verdict] = verdicts_from_output([run], result, nonce, {run.name: previous} if previous else {}, later=later,
-                                     histories={run.name: history})
+                                     histories={run.name: history}, learned={run.name: learned} if learned else None)
     return verdict
 
 
 def verdicts_from_output(runs: Sequence[CheckableRun], result: RunResult, nonce: str,
                          previous: Mapping[str, Verdict] | None = None, *, later: float = 0.0,
-                         histories: Mapping[str, Sequence[Point]] | None = None) -> list[Verdict]:
+                         histories: Mapping[str, Sequence[Point]] | None = None,
+                         learned: Mapping[str, Learned] | None = None) -> list[Verdict]:
     """A group probe's verdicts, one per run in order: a failed round trip fails them all, anything else is
-    each run's own (one unreadable log, one run the probe never reached, does not fail its neighbours)."""
+    each run's own (one unreadable log, one run the probe never reached, does not fail its neighbours).
+    `learned`: each run's format as earlier looks learned it (bot.core.learned)."""
     if result.failure:
         return [unreachable(run, result.failure, result.failure_kind) for run in runs]
     if result.truncated:  # more than an honest probe prints: what came back cannot be trusted to be the probe's
         why = (f"the probe's answer passed {hz.size(output_bound(len(runs)))} and was cut "
                "(does the container's bash or ps print more than asked?)")
         return [unreachable(run, why, "probe") for run in runs]
-    previous, histories = previous or {}, histories or {}
+    previous, histories, learned = previous or {}, histories or {}, learned or {}
     out = []
     for run, sections in zip(runs, split_runs(result.stdout, nonce, len(runs))):
         sections = moved_on(sections, later)
@@ -63,7 +66,7 @@ def verdicts_from_output(runs: Sequence[CheckableRun], result: RunResult, nonce:
             out.append(unreachable(run, f"the probe did not run: {why[:200]}", "probe"))
             continue
         custom = compile_step_pattern(run.step_pattern) if run.step_pattern else None
-        evidence = read_evidence(sections, run.log, custom)
+        evidence = read_evidence(sections, run.log, custom, learned.get(run.name))
         out.append(diagnose(evidence, run, previous=previous.get(run.name), history=histories.get(run.name, ())))
     return out
 
@@ -77,6 +80,7 @@ async def check(
     save_probe: Path | None = None,
     history: Sequence[Point] = (),
     parser: Executor | None = None,
+    learned: Learned | None = None,
 ) -> Verdict:
     """Probe `run` once through `runner` and diagnose what came back (in `parser`, a worker thread)."""
     nonce = secrets.token_hex(8)
@@ -86,7 +90,8 @@ async def check(
         save_capture(save_probe, run.name, nonce, result)
     # Parsing a window takes a few ms of CPU; the bot and its watchdog run hundreds of these on
     # the event loop that must also ack Slack within 3 s, so it happens in a worker thread.
-    return await _off_loop(parser, lambda: verdict_from_output(run, result, nonce, previous, history=history))
+    return await _off_loop(parser, lambda: verdict_from_output(run, result, nonce, previous, history=history,
+                                                               learned=learned))
 
 
 async def _off_loop(parser: Executor | None, work: Callable[[], T]) -> T:
@@ -110,12 +115,14 @@ async def check_within(
     history: Sequence[Point] = (),
     save_probe: Path | None = None,
     parser: Executor | None = None,
+    learned: Learned | None = None,
 ) -> Verdict:
     """check(), but it always answers: a hard deadline a little past the probe's own timeout, and
     any failure (setting up the runner included) as an unreachable verdict, never an exception."""
     try:
         return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous, history=history,
-                                            save_probe=save_probe, parser=parser), timeout + PROBE_GRACE_S)
+                                            save_probe=save_probe, parser=parser, learned=learned),
+                                      timeout + PROBE_GRACE_S)
     except asyncio.TimeoutError:
         return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - said in the verdict, logged for us
@@ -131,6 +138,7 @@ async def check_group_within(
     previous: Mapping[str, Verdict] | None = None,
     histories: Mapping[str, Sequence[Point]] | None = None,
     parser: Executor | None = None,
+    learned: Mapping[str, Learned] | None = None,
 ) -> list[Verdict]:
     """Runs that share a container (or a host) probed by one script in one round trip; always answers, like
     check_within: a deadline a little past the timeout, any failure as every run's unreachable verdict."""
@@ -138,7 +146,8 @@ async def check_group_within(
     try:
         result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout,
                                                                 limit=output_bound(len(runs))), timeout + PROBE_GRACE_S)
-        return await _off_loop(parser, lambda: verdicts_from_output(runs, result, nonce, previous, histories=histories))
+        return await _off_loop(parser, lambda: verdicts_from_output(runs, result, nonce, previous, histories=histories,
+                                                                    learned=learned))
     except asyncio.TimeoutError:
         why, kind = f"the probe of {len(runs)} runs gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout"
     except Exception as exc:  # noqa: BLE001 - said in the verdicts, logged for us

@@ -123,7 +123,10 @@ def replay(captures: Sequence[Capture], runs: Mapping[str, CheckableRun], *, lat
     out = []
     for c in sorted(captures, key=lambda c: (c.saved_at, str(c.path))):
         run = runs.get(c.run) or DefaultRun(c.run)
-        verdict = verdict_from_output(run, c.result, c.nonce, previous.get(c.run), later=later)
+        before = previous.get(c.run)
+        # What the earlier captures taught of the run's format carries to the next, as in the bot's memory.
+        verdict = verdict_from_output(run, c.result, c.nonce, before, later=later,
+                                      learned=before.learned if before is not None else None)
         previous[c.run] = verdict
         out.append((c, verdict))
     return out

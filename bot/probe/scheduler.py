@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from bot.core.diagnose import unreachable
+from bot.core.learned import Learned
 from bot.core.verdict import Verdict
 from bot.core.host_view import HostView
 from bot.probe.checkup import PROBE_GRACE_S, check_group_within, check_within
@@ -212,7 +213,8 @@ class Scheduler:
                 self.probed += 1
                 memory = self.history.recent(run.name) if self.history is not None else ()
                 verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
-                                             history=memory, save_probe=self.save_probe, parser=self._parsers[priority])
+                                             history=memory, save_probe=self.save_probe, parser=self._parsers[priority],
+                                             learned=self._learned(run.name, previous))
             finally:
                 self.overall.release()
         finally:
@@ -220,6 +222,13 @@ class Scheduler:
         if self.history is not None:
             self.history.record(run.name, verdict)
         return verdict
+
+    def _learned(self, run: str, previous: Verdict | None) -> Learned | None:
+        """What earlier looks learned of the run's log: the runs' memory keeps it (across restarts, with a state
+        file); without one, the caller's previous verdict carries it."""
+        if self.history is not None:
+            return self.history.learned(run)
+        return previous.learned if previous is not None else None
 
     async def check_group(self, runs: Sequence[Run], previous: Mapping[str, Verdict], *,
                           priority: Priority = Priority.SWEEP) -> list[Verdict]:
@@ -231,9 +240,10 @@ class Scheduler:
         async with host.slot(priority), self.overall.slot(priority):
             self.probed += 1
             memory = {r.name: self.history.recent(r.name) for r in runs} if self.history is not None else {}
+            taught = {r.name: t for r in runs if (t := self._learned(r.name, previous.get(r.name))) is not None}
             verdicts = await check_group_within(runs, self.targets.runner_for,
                                                 timeout=self.registry.bot.probe_timeout, previous=previous,
-                                                histories=memory, parser=self._parsers[priority])
+                                                histories=memory, parser=self._parsers[priority], learned=taught)
         if self.history is not None:
             for run, verdict in zip(runs, verdicts):
                 self.history.record(run.name, verdict)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from bot.core.history import RECENT_S, Point, Tally, keep_recent, observe, tally
+from bot.core.learned import Learned
 from bot.core.verdict import Verdict
 from bot.service.state_file import StateFile
 
@@ -20,9 +21,11 @@ class History:
         self.clock = clock
         self._recent: dict[str, tuple[Point, ...]] = {}
         self._tallies: dict[str, Tally] = {}  # each run's current segment, for its end-of-run summary
+        self._learned: dict[str, Learned] = {}  # each run's format as its log taught it (bot.core.learned)
         if state_file is not None:
-            recent, self._tallies = state_file.memory(clock() - RECENT_S, runs)
-            self._recent = {run: keep_recent(points, clock()) for run, points in recent.items()}
+            memory = state_file.memory(clock() - RECENT_S, runs)
+            self._tallies, self._learned = memory.tallies, memory.formats
+            self._recent = {run: keep_recent(points, clock()) for run, points in memory.points.items()}
 
     def recent(self, run: str) -> tuple[Point, ...]:
         return self._recent.get(run, ())
@@ -30,9 +33,17 @@ class History:
     def tally(self, run: str) -> Tally | None:
         return self._tallies.get(run)
 
+    def learned(self, run: str) -> Learned | None:
+        return self._learned.get(run)
+
     def record(self, run: str, verdict: Verdict) -> tuple[Point, ...]:
         """What this verdict adds to the run's memory (each new step once), kept and queued for the disk."""
         now = self.clock()
+        if (taught := verdict.learned) is not None:
+            before = self._learned.get(run)
+            self._learned[run] = taught
+            if self.state_file is not None and (before is None or before.lasting != taught.lasting):
+                self.state_file.record(run, (), learned=taught)  # a few hundred bytes, only when it changes
         old = self._recent.get(run, ())
         new = observe(verdict, now, old[-1] if old else None)
         if new:

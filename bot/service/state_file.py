@@ -15,11 +15,13 @@ import os
 import sqlite3
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from bot.core.history import Point, Tally
+from bot.core.learned import Learned
 from bot.core.ledger import Ledger
 from bot.service.store import NotReadable, Store, StoreError
 
@@ -34,6 +36,15 @@ MAX_QUEUED_POINTS = 200_000  # new points waiting while the disk fails (~40 MB):
 PRUNE_EVERY_S = 3600.0  # the history's retention runs this often, in the worker thread
 T = TypeVar("T")
 RETRIES = "runbot retries every sweep and says so here when it can write again"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the state file remembers of the runs, read once at start."""
+
+    points: dict[str, list[Point]] = field(default_factory=dict)
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    formats: dict[str, Learned] = field(default_factory=dict)
 
 
 class StateFileError(RuntimeError):
@@ -70,6 +81,7 @@ class StateFile:
         self._header_checked = time.monotonic()
         self._points: list[tuple[str, Point]] = []  # the runs' new points, written with the next flush
         self._tallies: dict[str, Tally] = {}  # and each run's latest tally
+        self._formats: dict[str, Learned] = {}  # and each run's newly learned format
         self.retention: tuple[float, float, float] | None = None  # (full, every, keep) seconds: pruned hourly
         self._pruned = 0.0
 
@@ -163,22 +175,22 @@ class StateFile:
                               "(values runbot never writes: edited by hand, or by another program?); they were skipped "
                               "and the rest loaded. An incident among them may be posted again"]
 
-    def memory(self, since: float, runs: Iterable[str] | None = None) -> tuple[dict[str, list[Point]], dict[str, Tally]]:
-        """Each run's points since `since` and each run's tally, read at start (nothing else uses the file yet);
-        `runs`: forget the runs no longer configured first. Empty when the file cannot be read."""
+    def memory(self, since: float, runs: Iterable[str] | None = None) -> Memory:
+        """Each run's points since `since`, its tally and its learned format, read at start (nothing else uses the
+        file yet); `runs`: forget the runs no longer configured first. Empty when the file cannot be read."""
         store = self._store
         if store is None:
-            return {}, {}
+            return Memory()
         if runs is not None and self.fault is None:
             try:
                 store.forget(runs)  # a run renamed in the config starts afresh: no stale memory under the old name
             except sqlite3.Error as exc:  # a write: the disk may refuse it, which the next flush will say
                 log.warning("state file %s: could not forget the runs no longer configured: %s", self.path, exc)
         try:
-            return store.recent(since), store.tallies()
+            return Memory(store.recent(since), store.tallies(), store.formats())
         except (sqlite3.Error, OSError) as exc:
             log.error("state file %s: the runs' memory cannot be read (%s); it starts empty", self.path, exc)
-            return {}, {}
+            return Memory()
         finally:
             self._count(store)
 
@@ -229,24 +241,26 @@ class StateFile:
             log.error("state file %s was deleted or replaced while runbot was running; rewriting it from memory", self.path)
         points: list[tuple[str, Point]] = []
         tallies: dict[str, Tally] = {}
+        formats: dict[str, Learned] = {}
         if self._rewrite or self.fault is not None:
             snapshot = self.ledger.snapshot()  # taken here: the loop goes on changing the ledger meanwhile
             job: Callable[[], None] = lambda: self._write_all(snapshot)  # noqa: E731
-        elif not changes and not self._points and not self._tallies and not self._prune_due():
+        elif not changes and not self._points and not self._tallies and not self._formats and not self._prune_due():
             return True
         else:
             prune = self._prune_due()
             points, self._points, tallies, self._tallies = self._points, [], self._tallies, {}
-            job = lambda: self._apply(changes, points, list(tallies.items()), prune)  # noqa: E731
+            formats, self._formats = self._formats, {}
+            job = lambda: self._apply(changes, points, list(tallies.items()), prune, list(formats.items()))  # noqa: E731
         self._busy = asyncio.get_running_loop().run_in_executor(self._pool, job)
         try:
             await asyncio.wait_for(asyncio.shield(self._busy), self.deadline)
         except asyncio.TimeoutError:
-            self._requeue(points, tallies)
+            self._requeue(points, tallies, formats)
             self._fail(f"a write to {self.path} took longer than {self.deadline:g} s")
             return False
         except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:  # Overflow: a number past SQLite's integers
-            self._requeue(points, tallies)
+            self._requeue(points, tallies, formats)
             self._fail(f"{self.path}: {exc}", corrupt=_corrupt(exc))
             return False
         self._recovered()
@@ -254,21 +268,25 @@ class StateFile:
 
     # --- the runs' memory ----------------------------------------------------------------------
 
-    def record(self, run: str, points: Sequence[Point], tally: Tally | None = None) -> None:
-        """Queue a run's new points (and its tally) for the next flush (one transaction with the sweep's
-        decisions). While the disk fails the queue is bounded: history is kept best-effort, alerts are not."""
+    def record(self, run: str, points: Sequence[Point], tally: Tally | None = None,
+               learned: Learned | None = None) -> None:
+        """Queue a run's new points (its tally, its newly learned format) for the next flush (one transaction with
+        the sweep's decisions). While the disk fails the queue is bounded: history is kept best-effort, alerts are not."""
         self._points.extend((run, p) for p in points)
         if tally is not None:
             self._tallies[run] = tally
+        if learned is not None:
+            self._formats[run] = learned
         if len(self._points) > MAX_QUEUED_POINTS:
             del self._points[: len(self._points) - MAX_QUEUED_POINTS]
 
-    def _requeue(self, points: list[tuple[str, Point]], tallies: dict[str, Tally]) -> None:
+    def _requeue(self, points: list[tuple[str, Point]], tallies: dict[str, Tally], formats: dict[str, Learned]) -> None:
         """A write that failed gives its points back, ahead of the newer ones (a write that only timed out may
         still land: rows are keyed by run and second, so writing them twice is harmless)."""
         self._points[:0] = points
         del self._points[: max(0, len(self._points) - MAX_QUEUED_POINTS)]
         self._tallies = {**tallies, **self._tallies}
+        self._formats = {**formats, **self._formats}
 
     async def read(self, query: Callable[[Store], T]) -> T | None:
         """Run a read of the file in its worker thread, within the deadline; None when it cannot be read."""
@@ -284,9 +302,9 @@ class StateFile:
         return self.retention is not None and time.time() - self._pruned >= PRUNE_EVERY_S
 
     def _apply(self, changes: list, points: list[tuple[str, Point]], tallies: list[tuple[str, Tally]],
-               prune: bool) -> None:
+               prune: bool, formats: list[tuple[str, Learned]]) -> None:
         """In the worker thread: one transaction for the decisions and the points; the hourly retention after."""
-        self._store.apply(changes, points, tallies)  # type: ignore[union-attr]
+        self._store.apply(changes, points, tallies, formats)  # type: ignore[union-attr]
         if prune and self.retention is not None:
             self._pruned = time.time()
             self._store.prune(self._pruned, *self.retention)  # type: ignore[union-attr]

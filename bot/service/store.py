@@ -18,6 +18,7 @@ from typing import TypeVar
 from bot.core import state_rows as rows
 from bot.core.alerts import RunState
 from bot.core.history import Point, Tally
+from bot.core.learned import Learned, to_record
 from bot.core.state_rows import PHASES, Unreadable
 from bot.core.ledger import (
     Change,
@@ -33,7 +34,7 @@ from bot.core.ledger import (
 log = logging.getLogger("runbot.state")
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _POINTS = """
 CREATE TABLE point_runs (id INTEGER PRIMARY KEY, run TEXT NOT NULL UNIQUE);
 CREATE TABLE words (id INTEGER PRIMARY KEY, word TEXT NOT NULL UNIQUE);  -- units and role names, once each
@@ -52,6 +53,12 @@ CREATE TABLE tallies (              -- each run's current segment in a few numbe
     run INTEGER PRIMARY KEY,        -- point_runs.id
     segment INTEGER NOT NULL, started REAL NOT NULL, last_t REAL NOT NULL, first_step INTEGER, last_step INTEGER,
     final_loss REAL, best_loss REAL, rate_sum REAL NOT NULL, rate_n INTEGER NOT NULL, unit TEXT
+);
+"""
+_FORMATS = """
+CREATE TABLE formats (              -- each run's format as its own log taught it (bot.core.learned.Learned)
+    run INTEGER PRIMARY KEY,        -- point_runs.id
+    learned TEXT NOT NULL           -- JSON: replaced at each look that learns, dropped with the run
 );
 """
 _SCHEMA = """
@@ -84,7 +91,7 @@ CREATE TABLE outbox (               -- every message, written before it is sent
 CREATE TABLE watches (              -- /run watch: at most one per run
     run TEXT PRIMARY KEY, channel TEXT NOT NULL, ts TEXT NOT NULL, started_at REAL NOT NULL, user TEXT
 );
-""" + _POINTS
+""" + _POINTS + _FORMATS
 
 # Schema 1 kept RunState's fields as columns; its other tables are the same.
 _FROM_1 = ["ALTER TABLE runs RENAME TO runs_v1", _SCHEMA.split(";")[0],
@@ -92,6 +99,7 @@ _FROM_1 = ["ALTER TABLE runs RENAME TO runs_v1", _SCHEMA.split(";")[0],
 _FROM_2 = [x for x in _POINTS.split(";") if x.strip()] + ["ALTER TABLE incidents ADD COLUMN concern TEXT",
                                                           "ALTER TABLE incidents ADD COLUMN closed_at REAL"]
 _FROM_3 = ["ALTER TABLE incidents ADD COLUMN digest INTEGER", "ALTER TABLE outbox ADD COLUMN note TEXT NOT NULL DEFAULT ''"]
+_FROM_4 = [_FORMATS]
 
 
 # What quick_check says of one row rather than of the file (SQLite's own wording, sqlite3/src/pragma.c).
@@ -223,6 +231,9 @@ class Store:
             if version in (1, 2, 3):
                 for statement in _FROM_3:
                     db.execute(statement)
+            if version in (1, 2, 3, 4):
+                for statement in _FROM_4:
+                    db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def writable(self) -> None:
@@ -263,12 +274,15 @@ class Store:
         return Ledger(states, incidents, messages, watches)
 
     def apply(self, changes: Iterable[Change], points: Iterable[tuple[str, Point]] = (),
-              tallies: Iterable[tuple[str, Tally]] = ()) -> None:
-        """One transaction: the ledger's row changes, the runs' new points and their tallies."""
-        points, tallies = list(points), list(tallies)
+              tallies: Iterable[tuple[str, Tally]] = (), formats: Iterable[tuple[str, Learned]] = ()) -> None:
+        """One transaction: the ledger's row changes, the runs' new points, their tallies and learned formats."""
+        points, tallies, formats = list(points), list(tallies), list(formats)
         with self._tx() as db:
             for change in changes:
                 _write(db, change)
+            if formats:
+                ids = self._ids(db, "point_runs", "run", {run for run, _ in formats})
+                db.executemany(_insert("formats"), [(ids[run], json.dumps(to_record(f))) for run, f in formats])
             if points or tallies:
                 ids = self._ids(db, "point_runs", "run", {run for run, _ in points} | {run for run, _ in tallies})
                 words = self._ids(db, "words", "word", {p.unit for _, p in points if p.unit is not None}
@@ -308,6 +322,11 @@ class Store:
             out.setdefault(name, []).append(p)
         return out
 
+    def formats(self) -> dict[str, Learned]:
+        """Each run's learned format (what the bot reloads at start: a restart does not forget a run's format)."""
+        found = self._db.execute("SELECT r.run AS name, f.learned FROM formats f JOIN point_runs r ON r.id = f.run")
+        return dict(self._read("formats", found, lambda r: (rows.text(r["name"]), rows.learned(r["learned"]))))
+
     def tallies(self) -> dict[str, Tally]:
         """Each run's current segment in a few numbers (what the bot reloads at start for end-of-run summaries)."""
         found = self._db.execute("SELECT r.run AS name, t.* FROM tallies t JOIN point_runs r ON r.id = t.run")
@@ -333,7 +352,8 @@ class Store:
         with self._tx() as db:
             gone = db.execute(f"DELETE FROM points WHERE run IN (SELECT id FROM point_runs WHERE run NOT IN ({marks}))",
                               names).rowcount
-            db.execute(f"DELETE FROM tallies WHERE run IN (SELECT id FROM point_runs WHERE run NOT IN ({marks}))", names)
+            for table in ("tallies", "formats"):
+                db.execute(f"DELETE FROM {table} WHERE run IN (SELECT id FROM point_runs WHERE run NOT IN ({marks}))", names)
             db.execute(f"DELETE FROM point_runs WHERE run NOT IN ({marks})", names)
             return gone
 

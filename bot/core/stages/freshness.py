@@ -10,6 +10,7 @@ from bot.core.bars import Bar
 from bot.core.evidence import Evidence
 from bot.core.facts import Step
 from bot.core.grammar import fields
+from bot.core.learned import stood_for
 from bot.core.verdict import Verdict
 
 # The newest stamped line must be near the end to stand for the file's mtime.
@@ -70,9 +71,13 @@ def seconds_per_item(bar: Bar | None) -> float | None:
 
 
 def standing(ev: Evidence, bar: Bar | None) -> float | None:
-    """How long the work before the first step has not moved: the log's silence, and for a bar still at 0
-    its own elapsed time too (`0/77976 [01:02:03<?, ?it/s]` has stood an hour when it was drawn)."""
+    """How long the work before the first step has not moved: the log's silence; for a bar still at 0 its own
+    elapsed time too (`0/77976 [01:02:03<?, ?it/s]` has stood an hour when it was drawn); and, by earlier
+    looks, how long its newest news has stood while only heartbeats kept the file fresh."""
     silent = ev.silent_for
+    stood = stood_for(ev.learned, ev.news, ev.now)
+    if stood is not None and (silent is None or stood > silent):
+        silent = stood
     if silent is None or bar is None or bar.n != 0 or bar.finished:
         return silent
     return silent + (_seconds(bar.elapsed) or 0.0)
