@@ -377,8 +377,10 @@ def _sighting(tpl: str, raw: str) -> Sighting | None:
     if (is_eval_template(tpl) and not _train_words(tpl)) or _NOT_PROGRESS.search(text := clean(raw)) or _IS_BAR.search(text):
         return None
     fs = fields(text, MAX_FIELDS + 1)
-    if not fs or len(fs) > MAX_FIELDS:
-        return None
+    return _sighted(tpl, fs) if fs and len(fs) <= MAX_FIELDS else None
+
+
+def _sighted(tpl: str, fs: Sequence[Field]) -> Sighting:
     countable = tuple(i for i, f in enumerate(fs) if f.is_int and f.finite and f.value >= 0 and not is_loss_key(f.key)
                       and f.key not in RATE_KEYS and f.unit not in RATE_UNITS and f.unit != "clock"
                       and f.key not in STEP_TIME_KEYS and f.key not in _ELAPSED_KEYS)
@@ -386,7 +388,11 @@ def _sighting(tpl: str, raw: str) -> Sighting | None:
     return Sighting(tpl[:MAX_TEMPLATE], tuple(f.value if f.finite else 0.0 for f in fs), countable, measured)
 
 
-def _sightings(by_template: dict[str, list[tuple[int, str]]]) -> tuple[Sighting, ...]:
+def _sightings(by_template: dict[str, list[tuple[int, str]]], loop: _Line | None) -> tuple[Sighting, ...]:
+    """What the next look compares: a window with a loop, only its line (already read: no cost); one without, its
+    most recent templates, any of which may be a loop that one window cannot show."""
+    if loop is not None:
+        return (_sighted(loop.template[:MAX_TEMPLATE], loop.fields),)
     recent = sorted(by_template.items(), key=lambda kv: kv[1][-1][0], reverse=True)[:MAX_SIGHTINGS]
     return tuple(s for tpl, items in recent if (s := _sighting(tpl, items[-1][1])) is not None)
 
@@ -440,14 +446,13 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
             continue  # one `step 3` in prose is not a loop
         rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and has_loss else 2
         ranked.append((rank, group[-1].index, group, counter))
-    seen = _sightings(by_template)
     if not ranked:
-        return _Found(3, None, None, groups, evaluation, seen)
+        return _Found(3, None, None, groups, evaluation, _sightings(by_template, None))
     best_rank = min(r for r, *_ in ranked)
     # The latest loop; a lesser series only when it comes later and no loop does (a summary after
     # the loop is not the loop).
     rank, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
-    return _Found(rank, group, counter, groups, evaluation, seen)
+    return _Found(rank, group, counter, groups, evaluation, _sightings(by_template, group[-1] if rank == 0 else None))
 
 
 def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
