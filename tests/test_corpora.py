@@ -1,7 +1,8 @@
 """Real logs other teams wrote, probed by the real probe and scored against the first line an on-call
 engineer needs (tests/fixtures/public/README.md). Three corpora: `public` (the development set), `heldout`
 (round 2: expectations written blind, 27/41 right at first sight, 65.9 %) and `round3` (round 3: blind,
-49/79 at first sight, 62.0 %; docs/diagnosis-corpus.md). Each guards what its misses taught since.
+49/79 at first sight, 62.0 %; docs/diagnosis-corpus.md). Each guards what its misses taught since; `round4`
+(63/113 at first sight, 55.8 %) is held to its current score while its lessons are learned.
 Prints each figure; holds runbot to it."""
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 BARS = {"public": (20, 0.95), "heldout": (8, 0.95), "round3": (20, 0.95)}
 # name: (folder, its moments, the fewest hung moments it must hold)
 CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, (hung, _) in BARS.items()}
+# A round whose lessons are still being learned: held to what it scores now (round 4: 63/113 at first sight,
+# docs/diagnosis-corpus.md), so that no change makes it worse; it joins BARS once its lessons are in.
+LEARNING = {"round4": 65}
 
 
 @pytest.fixture(scope="module", params=list(CORPORA))
@@ -46,7 +50,8 @@ def test_no_two_corpora_share_a_source():
                 out.add(f"{repo[1]}:{where}" if repo else where)
         return out
 
-    seen = {name: sources(folder) for name, (folder, _, _) in CORPORA.items()}
+    folders = {**{name: folder for name, (folder, _, _) in CORPORA.items()}, **{n: FIXTURES / n for n in LEARNING}}
+    seen = {name: sources(folder) for name, folder in folders.items()}
     shared = {(a, b): seen[a] & seen[b] for a in seen for b in seen if a < b}
     assert {pair: s for pair, s in shared.items() if s} == {}
 
@@ -78,3 +83,12 @@ def test_no_row_under_a_headline_repeats_it(corpus):
     _, found, verdicts, _ = corpus
     repeated = [(m.id, r.label, r.text) for m in found for r in rows(verdicts[m.id]) if r.text in verdicts[m.id].headline]
     assert repeated == []
+
+
+@pytest.mark.parametrize("name", list(LEARNING))
+def test_a_round_being_learned_never_scores_less_than_it_does_now(name, tmp_path_factory, capsys):
+    found = moments(FIXTURES / name)
+    right, lines = report(f"{name} corpus", found, probe_all(FIXTURES / name, found, tmp_path_factory.mktemp))
+    with capsys.disabled():
+        print("\n" + lines[0])
+    assert right >= LEARNING[name]

@@ -392,7 +392,10 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "training early")
+                "training early",
+                # a traceback's frame: a long traceback's header falls before the window, its frames and
+                # exception line (`ValueError: …`, no crash word of its own) do not
+                'file "')
 
 
 def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:

@@ -202,7 +202,9 @@ def activity(ev: Evidence) -> Doing:
     at = _position(step)
     threads = [c for c in ev.crashes if c.in_thread]
     thread_crash = threads[-1] if threads else None
-    crash = _fatal(ev, at)
+    # An error counts after the counter's last move, not after its last redraw: tqdm draws its bar once more as
+    # the process unwinds (`0/1000 [00:29<?]` below a CUDA OOM), and that frame is no progress past the error.
+    crash = _fatal(ev, min(at, _last_move(ev.steps)))
     restarted_after = None
     while crash is not None and _restarted(ev, crash):
         # the relaunch may fail in its turn (torchrun's agent raising while it re-rendezvouses): its error ends the run
