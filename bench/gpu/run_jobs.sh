@@ -48,6 +48,15 @@ LIT_PAST_BATCH=${LIT_PAST_BATCH:-3}
 DL_KILL_STEP=${DL_KILL_STEP:-30}
 ROT_STEP=${ROT_STEP:-20}
 COMPILE_TRAIN_STEP=${COMPILE_TRAIN_STEP:-20}
+# issue 20's jobs (JOBS="lit-rich-busy renamed deleted tb-dead late-start")
+LIT_BUSY_ARGS=${LIT_BUSY_ARGS:-"--epochs 1 --train-batches 5000 --val-batches 5 --batch 32 --seq 512 --vocab 16384 --dim 1024 --layers 12 --heads 16 --item-sleep 0"}
+REPL_ARGS=${REPL_ARGS:-"--batch 16 --seq 256 --vocab 16384 --dim 768 --layers 8 --heads 12 --step-sleep 0.1"}
+BUSY_LONG=${BUSY_LONG:-35}                  # seconds into training of the rich job's second moment (past silence_after)
+STALL_SECS=${STALL_SECS:-18}                # the stall before its moment: the driver's ~14 s window all idle
+REPLACED_WAIT=${REPLACED_WAIT:-28}          # seconds between the rename / delete and its later moment
+TB_STEP=${TB_STEP:-15}
+TB_SETTLE=${TB_SETTLE:-8}                   # TensorBoard's start and first reload before the moment
+DEAD_WAIT=${DEAD_WAIT:-28}                  # seconds after the kill (or the second start) of the later moment
 
 if [ "$DEVICE" = auto ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
@@ -85,6 +94,8 @@ CTL=""          # control folder (stop / fault files)
 TO_PID=""       # the `timeout` wrapping the job
 JOB_RC=""
 BG_PIDS=()
+EXTRA_PIDS=()   # role:pid of processes beside the job that a moment's snapshot lists too (a TensorBoard...)
+JOB_CWD=""      # the job's working folder (default: its own scratch folder, not the log's)
 
 job_pid() {  # the job's python (the child of timeout), or empty
     [ -n "$TO_PID" ] || return 0
@@ -133,6 +144,7 @@ on_exit() {
     log "exit: stopping leftovers and packing"
     stop_job
     for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    stop_extras
     rm -rf "$CKPT"
     pack
     log "packed $(du -h "$OUT/jobs-capture.tar.gz" 2>/dev/null | cut -f1) -> $OUT/jobs-capture.tar.gz"
@@ -169,17 +181,27 @@ run_bot() {  # file probe-dir cmd...: one runbot command, verbatim, with its met
 
 last_event() { [ -s "$EV" ] && tail -1 "$EV" || echo "(none)"; }
 
-proc_block() {  # the job's processes: ps rows and their open files
-    local pid tree p
+proc_block() {  # the job's processes (and the other processes of the moment): ps rows and their open files
+    local pid tree p x
     pid=$(job_pid)
-    if [ -z "$pid" ]; then echo "(no job process)"; return; fi
-    tree=$(descendants "$pid")
-    echo "job pid=$pid tree=$(echo $tree)"
-    for p in $tree; do
-        echo "### pid $p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-400)"
-        echo "# ls -l /proc/$p/fd"
-        ls -l "/proc/$p/fd" 2>&1
+    if [ -z "$pid" ]; then echo "(no job process)"; else
+        tree=$(descendants "$pid")
+        echo "job pid=$pid tree=$(echo $tree)"
+        for p in $tree; do pid_block "$p"; done
+    fi
+    for x in "${EXTRA_PIDS[@]}"; do  # role:pid, e.g. tensorboard:1234 (a process beside the job, and its tree)
+        kill -0 "${x#*:}" 2>/dev/null || { echo "other ${x%%:*} pid=${x#*:} gone"; continue; }
+        tree=$(descendants "${x#*:}")
+        echo "other ${x%%:*} pid=${x#*:} tree=$(echo $tree)"
+        for p in $tree; do pid_block "$p"; done
     done
+}
+
+pid_block() {  # one process: its command line, cwd, age, and ls -l of its fds (l-wx: open for writing)
+    echo "### pid $1: $(tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | cut -c1-400)"
+    echo "# cwd -> $(readlink "/proc/$1/cwd" 2>&1) etimes=$(ps -o etimes= -p "$1" 2>/dev/null | tr -d ' ') ppid=$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ')"
+    echo "# ls -l /proc/$1/fd"
+    ls -l "/proc/$1/fd" 2>&1
 }
 
 stat_logs() {  # stat of every file in the job's log folder
@@ -276,12 +298,13 @@ start_job() {  # name script args...: `python3 -u script args > train.log 2>&1`,
     rm -rf "$LOGDIR" "$CTL"
     mkdir -p "$JD" "$LOGDIR" "$CTL" "$CKPT/$JOB"
     : > "$EV"
-    JOB_RC=""; MOMENTS=()
+    JOB_RC=""; MOMENTS=(); EXTRA_PIDS=()
+    local cwd=${JOB_CWD:-$CKPT/$JOB}
     local lim; lim=$(( $(left) - 5 )); [ "$lim" -gt 10 ] || lim=10
-    echo "$JOB: cd $CKPT/$JOB && $PY -u $JOBDIR/$script $* > $LOG 2>&1" >> "$CAP/commands.txt"
+    echo "$JOB: cd $cwd && $PY -u $JOBDIR/$script $* > $LOG 2>&1" >> "$CAP/commands.txt"
     # The python process gets the log as its stdout+stderr (exec), so it is the log's one writer, as in a
     # container; descriptors the driver's shell holds (pipes to the device tool) are closed first.
-    (cd "$CKPT/$JOB" && exec env PYTHONPATH= JOB_EVENTS="$EV" timeout -k 5 "$lim" \
+    (cd "$cwd" && exec env PYTHONPATH= JOB_EVENTS="$EV" timeout -k 5 "$lim" \
         bash -c 'log=$1; shift
             for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"; done
             exec "$@" > "$log" 2>&1' _ "$LOG" "$PY" -u "$JOBDIR/$script" "$@" < /dev/null) &
@@ -404,6 +427,112 @@ job_compile() {
     fi
     wait_exit 60
     moment crashed
+    end_job
+}
+
+# ---------------------------------------------------------------- issue 20: who writes, a silent bar, a replaced log
+stop_extras() {  # the processes started beside a job (role:pid), and their trees
+    local x p
+    for x in "${EXTRA_PIDS[@]}"; do
+        for p in $(descendants "${x#*:}"); do kill -KILL "$p" 2>/dev/null; done
+    done
+    EXTRA_PIDS=()
+}
+
+at_least() {  # seconds since-epoch: sleep until `date +%s` reaches it (or little time is left)
+    while [ "$(date +%s)" -lt "$1" ] && [ "$(left)" -gt 15 ]; do sleep 0.2; done
+}
+
+# shellcheck disable=SC2086
+job_lit_busy() {  # Lightning + RichProgressBar, GPU-bound: the log stands still while the GPU works; then a stall
+    start_job lit-rich-busy lit_job.py --bar rich --control "$WORK/ctl/lit-rich-busy" --device "$DEVICE" $LIT_BUSY_ARGS
+    if wait_event " batch epoch=0 batch=1 " 120; then
+        local t1; t1=$(date +%s)
+        at_least $(( t1 + 10 )); moment training-10s
+        at_least $(( t1 + BUSY_LONG )); moment training-long gpus
+        touch "$CTL/stall"; echo "stall file at $(now)" >> "$JD/driver.txt"
+        wait_event " stall_begin " 20
+        sleep "$STALL_SECS"
+        moment stalled gpus
+        rm -f "$CTL/stall"; touch "$CTL/stop"; echo "stall removed, stop file at $(now)" >> "$JD/driver.txt"
+    fi
+    wait_exit 60
+    moment finished
+    end_job
+}
+
+job_replaced() {  # name how: the log renamed (mv + create) or deleted (rm + create) under its writer
+    local how=$2 t_rot
+    start_job "$1" plain_job.py --mode rotate --control "$WORK/ctl/$1" --device "$DEVICE" $REPL_ARGS
+    if wait_event " step step=$ROT_STEP\$" 90; then
+        moment training gpus
+        t_rot=$(date +%s)
+        if [ "$how" = rename ]; then
+            (cd "$LOGDIR" && mv train.log train.log.1 && touch train.log)
+            echo "renamed at $(now): mv train.log train.log.1 && touch train.log" >> "$JD/driver.txt"
+        else
+            (cd "$LOGDIR" && rm train.log && touch train.log)
+            echo "deleted at $(now): rm train.log && touch train.log" >> "$JD/driver.txt"
+        fi
+        sleep 1
+        moment "$how"d
+        at_least $(( t_rot + REPLACED_WAIT )); moment "$how"d-later gpus
+    fi
+    touch "$CTL/stop"
+    wait_exit 30
+    end_job
+}
+
+job_tb_dead() {  # a run killed beside a live TensorBoard started in the log's folder
+    JOB_CWD=$CAP/logs/tb-dead
+    start_job tb-dead plain_job.py --mode rotate --control "$WORK/ctl/tb-dead" --device "$DEVICE" --tb . $REPL_ARGS
+    JOB_CWD=""
+    if wait_event " step step=$TB_STEP\$" 90; then
+        # The real TensorBoard of the image, working in the folder, its output outside it.
+        local tb; tb=$(dirname "$(command -v "$PY")")/tensorboard
+        [ -x "$tb" ] || tb="$PY -m tensorboard.main"
+        # shellcheck disable=SC2086
+        (cd "$LOGDIR" && exec env PYTHONPATH= $tb --logdir . --host 127.0.0.1 --port 6123 \
+            --reload_interval 1 > "$JD/tensorboard.txt" 2>&1 < /dev/null) &
+        EXTRA_PIDS+=("tensorboard:$!")
+        sleep "$TB_SETTLE"
+        moment training gpus
+        local main; main=$(job_pid)
+        kill -9 "$main"; echo "kill -9 $main (the job) at $(now)" >> "$JD/driver.txt"
+        local t_kill; t_kill=$(date +%s)
+        sleep 1; reap_job
+        at_least $(( t_kill + 4 )); moment dead-4s
+        at_least $(( t_kill + DEAD_WAIT )); moment dead-later gpus
+    fi
+    stop_extras
+    wait_exit 20
+    end_job
+}
+
+job_late() {  # a run killed; then another job started in its folder, after the log's last write
+    JOB_CWD=$CAP/logs/late-start
+    start_job late-start plain_job.py --mode rotate --control "$WORK/ctl/late-start" --device "$DEVICE" $REPL_ARGS
+    JOB_CWD=""
+    if wait_event " step step=$TB_STEP\$" 90; then
+        moment training
+        local main; main=$(job_pid)
+        kill -9 "$main"; echo "kill -9 $main (the job) at $(now)" >> "$JD/driver.txt"
+        sleep 1; reap_job
+        sleep 2
+        # A second job in the same folder, writing its own log there (eval.log), started after train.log's last write.
+        mkdir -p "$WORK/ctl/late-second"
+        (cd "$LOGDIR" && exec env PYTHONPATH= JOB_EVENTS="$JD/second-events.txt" "$PY" -u "$JOBDIR/plain_job.py" --mode rotate \
+            --control "$WORK/ctl/late-second" --device "$DEVICE" $REPL_ARGS > "$LOGDIR/eval.log" 2>&1 < /dev/null) &
+        local second=$!
+        EXTRA_PIDS+=("second:$second")
+        echo "second job pid $second started at $(now) in $LOGDIR (> eval.log)" >> "$JD/driver.txt"
+        local t2; t2=$(date +%s)
+        at_least $(( t2 + 6 )); moment second-6s
+        at_least $(( t2 + DEAD_WAIT )); moment second-later gpus
+        touch "$WORK/ctl/late-second/stop"; sleep 2
+    fi
+    stop_extras
+    wait_exit 20
     end_job
 }
 
@@ -555,7 +684,7 @@ log "$(tr '\n' ' ' < "$CAP/runbot-preflight.txt")"
     echo "silence_after = \"$SILENCE_AFTER\""
     echo "loading_grace = \"$LOADING_GRACE\""
     echo "gpu_samples = $GPU_SAMPLES"
-    for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile; do
+    for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start; do
         echo
         echo "[runs.$j]"
         echo 'host = "local"'
@@ -580,6 +709,11 @@ for j in $JOBS; do
         rotate) need $(( ROTATE_WAIT + 30 )) rotate && job_rotate ;;
         util) need $(( 3 * (UTIL_SECS + 8) )) util && job_util ;;
         compile) need 60 compile && job_compile ;;
+        lit-rich-busy) need $(( BUSY_LONG + STALL_SECS + 50 )) lit-rich-busy && job_lit_busy ;;
+        renamed) need $(( REPLACED_WAIT + 30 )) renamed && job_replaced renamed rename ;;
+        deleted) need $(( REPLACED_WAIT + 30 )) deleted && job_replaced deleted delete ;;
+        tb-dead) need $(( DEAD_WAIT + TB_SETTLE + 30 )) tb-dead && job_tb_dead ;;
+        late-start) need $(( DEAD_WAIT + 35 )) late-start && job_late ;;
         *) note "unknown job $j" ;;
     esac
 done

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from bot.core.bars import Bar, Role, frames, role_of
 from bot.core.crashes import find_crashes
-from bot.core.facts import Crash, GpuReadings, Process, Step
+from bot.core.facts import Crash, FolderUse, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
 from bot.core.grammar import LineStamps, eval_noun, fields, is_eval_key, is_loss_key, last_frame, message, split_rank_prefix
 from bot.core.learned import CounterRule, Learned, Sighting, learn_counter, news_line
@@ -23,6 +23,7 @@ _DEVICE_HINT = re.compile(r"cuda:\d+|\bgpu\s*\d|\bdevice\b|\brank\s*\d", re.I)
 _HIDDEN = re.compile(r"^# hidden (\d{1,9})$", re.M)
 _MOVED = re.compile(r"^# moved (.+)$", re.M)
 _NEAR = re.compile(r"^# near$", re.M)
+_USE = re.compile(r"^# use (\d{1,9}) ppid=(\d{1,9}) r=(\d{1,6}) w=(\d{1,6}) g=(\d{1,6})$", re.M)
 # `ps -o pid=,etimes=,stat=,args=`; probes saved before the state was asked for have no stat column.
 _PROC_LINE = re.compile(r"\s*(\d+)\s+(\S+)\s+(?:([DIRSTtWXZ][<NLsl+]*)\s+)?(.*)")
 _NESTED = re.compile(r"\x1b\[A")  # tqdm moves the cursor up after a bar drawn at position >= 1
@@ -58,6 +59,16 @@ class MovedWriter:
     mtime: float | None
     steps: tuple[Step, ...] = ()  # progress read from that file's end
 
+    @property
+    def deleted(self) -> bool:
+        """The log was deleted under its writer (rm, then a new file by its name): it writes the old inode."""
+        return self.path.endswith(" (deleted)")
+
+    @property
+    def name(self) -> str:
+        """The file's name as said: `train.log.1`, or `train.log` for the deleted one."""
+        return self.path.removesuffix(" (deleted)").rsplit("/", 1)[-1]
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -77,6 +88,7 @@ class Evidence:
     hidden_processes: int = 0  # processes whose open files the probe was not allowed to see
     moved: MovedWriter | None = None  # nobody writes the log, but a process writes another file of its folder
     near: tuple[Process, ...] = ()  # nobody holds the log open, but these training processes work in its folder
+    near_use: tuple[FolderUse, ...] = ()  # how each process in the folder holds its files (none: the probe could not tell)
     processes: tuple[Process, ...] = ()  # likely training processes on the target
     gpus: GpuReadings = field(default_factory=GpuReadings)
     problems: tuple[str, ...] = ()  # parts of the probe that failed, in words
@@ -439,6 +451,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learn
         hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,
         moved=_moved(sections),
         near=parse_processes(near_text),
+        near_use=tuple(FolderUse(*map(int, m.groups())) for m in _USE.finditer(near_text)),
         processes=parse_processes(sections.text("procs", 1 << 16)),
         gpus=parse_gpu_section(sections.text("gpus", 1 << 18),
                                sections.text("gpu.window", 1 << 18) if "gpu.window" in sections.parts else None,

@@ -82,6 +82,18 @@ class Process:
 
 
 @dataclass(frozen=True)
+class FolderUse:
+    """How a process working in the log's folder holds its files (bot/probe/script.py's `uses`): what tells
+    the run that writes there from a TensorBoard that only reads there."""
+
+    pid: int
+    ppid: int
+    reads: int  # descriptors on files under the folder opened read-only
+    writes: int  # … opened for writing
+    gpu: int  # descriptors on the GPU's device files (/dev/nvidia*)
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One nvidia-smi reading of one GPU."""
 

@@ -215,10 +215,19 @@ scan() {  # one pass over /proc for the whole group: who holds each log open for
   if command -v find >/dev/null 2>&1 && command -v realpath >/dev/null 2>&1; then scan_listed; else scan_each; fi
 }
 
+literal() {  # literal VAR PATH: VAR = PATH as a literal glob for find -lname, its * ? [ \ escaped (no fork)
+  local p=${2//\\/\\\\}; p=${p//\*/\\*}; p=${p//\?/\\?}; printf -v "$1" '%s' "${p//\[/\\[}"
+}
+
+writing() {  # writing /proc/PID/fd/N: is that descriptor open for writing? (fdinfo's flags, octal: O_WRONLY or O_RDWR)
+  local fd=$1 p flags=0 k v
+  p=${fd#/proc/}; p=${p%%/*}
+  while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$p/fdinfo/${fd##*/}" 2>/dev/null
+  (( (8#$flags & 3) != 0 ))
+}
+
 held() {  # held FD_PATH PID I: record PID as a writer of log I if FD_PATH is open for writing
-  local n=${1##*/} flags=0 k v
-  while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$2/fdinfo/$n" 2>/dev/null
-  (( (8#$flags & 3) == 0 )) && return 0   # opened read-only: a reader (tail -f), not the writer
+  writing "$1" || return 0   # opened read-only: a reader (tail -f), not the writer
   case ${WPIDS[$3]} in *" $2 "*) return 0 ;; esac
   WPIDS[$3]="${WPIDS[$3]}$2 "
 }
@@ -228,8 +237,8 @@ scan_listed() {  # one find, told the logs' real paths, lists only the fds that 
   local -a names=() expr=()
   while IFS= read -r -d '' real; do names+=("$real"); done < <(realpath -mz -- "${LOGS[@]}" 2>/dev/null)
   for real in "${names[@]}"; do
-    pattern=${real//\\/\\\\}; pattern=${pattern//\*/\\*}; pattern=${pattern//\?/\\?}; pattern=${pattern//\[/\\[}
-    expr+=(${expr[0]+-o} -lname "$pattern")   # the path as a literal glob: its * ? [ \ escaped
+    literal pattern "$real"
+    expr+=(${expr[0]+-o} -lname "$pattern")
   done
   [ ${#expr[@]} -gt 0 ] || return 0
   while IFS= read -r -d '' fd; do
@@ -272,35 +281,81 @@ near() {  # nobody writes $LOG: a training process working in its folder may ope
     pid=${p#/proc/}
     case $skip in *" $pid "*) continue ;; esac
     for d in "${dirs[@]}"; do
-      if [[ $p/cwd -ef $d ]]; then pids="$pids${pids:+,}$pid"; break; fi
+      if [[ $p/cwd -ef $d ]]; then own "$pid" || pids="$pids${pids:+,}$pid"; break; fi
     done
   done
   [ -n "$pids" ] || return 0
   echo '# near'
+  uses "${dirs[${#dirs[@]}-1]}" "$pids"
   # The probe's own subshells share its folder when runbot runs from the log's: their command line holds the nonce.
   ps -o pid=,etimes=,stat=,args= -p "$pids" | grep -aE -- "$PROC_HINT" | grep -av -e "$NONCE" | cut -c "1-$LINE_CAP"
   return 0
 }
 
+own() {  # own PID: is PID this probe's own child (a subshell, nvidia-smi, ps)? Those never count as the run
+  local p=$1 rest stat i
+  for ((i = 0; i < 32; i++)); do
+    read -r stat < "/proc/$p/stat" 2>/dev/null || return 1
+    rest=${stat##*) }; set -- $rest; p=$2
+    [ "$p" = "$$" ] && return 0
+    [ "$p" -gt 1 ] 2>/dev/null || return 1
+  done
+  return 1
+}
+
+uses() {  # uses DIR PIDS: per process, how it holds files under DIR (read-only, for writing) and the GPU:
+  # `# use PID ppid=P r=N w=N g=N`. A TensorBoard in the folder only reads; the run writes, or holds a GPU.
+  command -v find >/dev/null 2>&1 && command -v realpath >/dev/null 2>&1 || return 0
+  local top pid fd kind stat rest
+  local -A r=() w=() g=()
+  top=$(realpath -m -- "$1" 2>/dev/null) || return 0
+  literal top "$top"
+  local -a procs=()
+  for pid in ${2//,/ }; do procs+=("/proc/$pid/fd"); r[$pid]=0; w[$pid]=0; g[$pid]=0; done
+  while read -r kind fd; do
+    pid=${fd#/proc/}; pid=${pid%%/*}
+    if [ "$kind" = g ]; then g[$pid]=$((g[$pid] + 1))
+    elif writing "$fd"; then w[$pid]=$((w[$pid] + 1))
+    else r[$pid]=$((r[$pid] + 1)); fi
+  done < <(find "${procs[@]}" -mindepth 1 -maxdepth 1 -type l \( -lname '/dev/nvidia*' -printf 'g %p\n' \) -o \
+             \( -lname "$top/*" -printf 'f %p\n' \) 2>/dev/null)
+  for pid in ${2//,/ }; do
+    read -r stat < "/proc/$pid/stat" 2>/dev/null || continue
+    rest=${stat##*) }; set -- $rest
+    printf '# use %s ppid=%s r=%s w=%s g=%s\n' "$pid" "$2" "${r[$pid]}" "${w[$pid]}" "${g[$pid]}"
+  done
+}
+
 moved() {  # nobody writes $LOG: does a process write another file of its folder (a log rotated away under it)?
-  local dir=${LOG%/*} base=${LOG##*/} cands c fd pid n flags k v
+  local dir=${LOG%/*} base=${LOG##*/} cands c fd
   cands=$(ls -1t -- "$dir/$base"?* 2>/dev/null | head -n 3)
-  [ -n "$cands" ] || return 1
-  while IFS= read -r c; do
+  while [ -n "$cands" ] && IFS= read -r c; do
     for fd in /proc/[0-9]*/fd/*; do
-      [[ $fd -ef $c ]] || continue
-      pid=${fd#/proc/}; pid=${pid%%/*}; n=${fd##*/}
-      flags=0
-      while read -r k v; do [ "$k" = flags: ] && flags=$v && break; done < "/proc/$pid/fdinfo/$n" 2>/dev/null
-      (( (8#$flags & 3) == 0 )) && continue
-      printf '# moved %s\n' "$c"
-      stat -L -c 'size=%s mtime=%Y' -- "$c"
-      ps -o pid=,etimes=,stat=,args= -p "$pid" | cut -c "1-$LINE_CAP"
-      mark moved.window; tail -c "$MOVED_WINDOW" -- "$c"
+      [[ $fd -ef $c ]] && writing "$fd" || continue
+      moved_to "$c" "$fd"
       return 0
     done
   done <<< "$cands"
+  # Deleted under its writer (rm, then a new file by the same name): the writer's descriptor still reaches the old
+  # inode, whose link reads `PATH (deleted)`; read it through the descriptor.
+  command -v find >/dev/null 2>&1 && command -v realpath >/dev/null 2>&1 || return 1
+  local real pattern
+  real=$(realpath -m -- "$LOG" 2>/dev/null) || return 1
+  literal pattern "$real (deleted)"
+  while IFS= read -r -d '' fd; do
+    writing "$fd" || continue
+    moved_to "$real (deleted)" "$fd"
+    return 0
+  done < <(find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 -type l -lname "$pattern" -print0 2>/dev/null)
   return 1
+}
+
+moved_to() {  # moved_to NAME FD: the file the writer writes instead of $LOG, read through its descriptor
+  local pid=${2#/proc/}; pid=${pid%%/*}
+  printf '# moved %s\n' "$1"
+  stat -L -c 'size=%s mtime=%Y' -- "$2"
+  ps -o pid=,etimes=,stat=,args= -p "$pid" | cut -c "1-$LINE_CAP"
+  mark moved.window; tail -c "$MOVED_WINDOW" -- "$2"
 }
 
 ancestors() {  # this probe's own chain (bash, timeout, pct, sshd, or the bot itself): never "the run"

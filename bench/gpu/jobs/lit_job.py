@@ -7,6 +7,10 @@
 enable_progress_bar=True either way, so what reaches the file is what the bar writes when
 stdout is not a terminal. Items sleep --item-sleep seconds each (predictable epoch length).
 Timing events for the driver go to $JOB_EVENTS (events.py), never to the log.
+
+--control DIR steers a long run (issue 20's busy rich-bar job): while DIR/stall exists the loop
+sleeps after its batch (alive, GPU memory held, GPU idle); once DIR/stop appears it ends two
+steps later through max_steps, so Lightning prints its own `Trainer.fit` stopped line.
 """
 
 from __future__ import annotations
@@ -74,6 +78,28 @@ class TinyLM(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.lr)
 
 
+class Control(Callback):
+    """The driver's control files: stall (sleep between batches), stop (end through max_steps)."""
+
+    def __init__(self, folder: str):
+        self.folder, self.stopping = folder, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        stall = os.path.join(self.folder, "stall")
+        if os.path.exists(stall):
+            event("stall_begin", step=trainer.global_step)
+            while os.path.exists(stall):
+                time.sleep(0.1)
+            event("stall_end", step=trainer.global_step)
+        if not self.stopping and os.path.exists(os.path.join(self.folder, "stop")):
+            self.stopping = True
+            try:
+                trainer.fit_loop.max_steps = trainer.global_step + 2
+            except AttributeError:  # a Lightning without the setter: stop at once instead
+                trainer.should_stop = True
+            event("stop_asked", step=trainer.global_step, max_steps=trainer.global_step + 2)
+
+
 class Events(Callback):
     def on_train_epoch_start(self, trainer, pl_module):
         event("epoch_begin", epoch=trainer.current_epoch)
@@ -109,6 +135,7 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--item-sleep", type=float, default=0.005)
     p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--control", default="", help="folder of the driver's stall / stop files")
     a = p.parse_args()
 
     pl.seed_everything(0)
@@ -124,7 +151,7 @@ def main() -> int:
         max_epochs=a.epochs,
         precision="bf16-mixed" if a.device == "cuda" else "32-true",
         enable_progress_bar=True,
-        callbacks=[bar, Events()],
+        callbacks=[bar, Events()] + ([Control(a.control)] if a.control else []),
         logger=False,
         enable_checkpointing=False,
         log_every_n_steps=10,

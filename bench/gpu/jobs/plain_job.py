@@ -8,7 +8,9 @@ dl:      a DataLoader with --workers worker processes feeds the loop; the driver
          worker mid-training, and the main process dies with PyTorch's own
          `DataLoader worker (pid N) is killed by signal: Killed.` traceback.
 rotate:  the loop prints a line per step until the file --control/stop appears, then
-         `training done` and exit 0. The driver rotates the log under it (mv + create).
+         `training done` and exit 0. The driver rotates the log under it (mv + create), deletes
+         it under it (rm + create), or kills it beside a TensorBoard (--tb DIR: the loop also
+         writes TensorBoard scalars there, as SummaryWriter does, flushed every second).
 compile: the model is wrapped in torch.compile (default mode, default logging: whatever
          dynamo/inductor print by themselves); the first step compiles. When --control/fault
          appears, an embedding lookup with an out-of-range token id runs (eager, outside the
@@ -82,6 +84,7 @@ def main() -> int:
     p.add_argument("--item-sleep", type=float, default=0.01)
     p.add_argument("--step-sleep", type=float, default=0.0, help="rotate: pause per step")
     p.add_argument("--log-every", type=int, default=1)
+    p.add_argument("--tb", default="", help="rotate: also write TensorBoard scalars into this folder")
     a = p.parse_args()
 
     torch.manual_seed(0)
@@ -106,6 +109,11 @@ def main() -> int:
         gen = torch.Generator(device=dev).manual_seed(0)
         batches = None
 
+    tb = None
+    if a.tb:
+        from torch.utils.tensorboard import SummaryWriter
+
+        tb = SummaryWriter(a.tb, flush_secs=1)
     tokens = a.batch * a.seq
     t_last = time.time()
     t0 = t_last
@@ -136,6 +144,8 @@ def main() -> int:
             if step == 1 and a.mode == "compile":
                 event("compile_end")
             print(f"step={step} loss={val:.4f} tok/s={rate:.0f} elapsed={now - t0:.1f}s", flush=True)
+            if tb is not None:
+                tb.add_scalar("loss", val, step)
             t_last, done = now, step
             event("step", step=step)
         if a.step_sleep:

@@ -280,7 +280,9 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         moved = ev.moved
         since = hz.duration(ev.silent_for) if ev.silent_for is not None else "?"
         there = f" — {words.progress(step)} there" if step is not None else ""
-        head = f"log replaced {since} ago; pid {moved.process.pid} still writes {moved.path.rsplit('/', 1)[-1]}{there}"
+        what = f"deleted {since} ago; pid {moved.process.pid} still writes its deleted" if moved.deleted else (
+            f"replaced {since} ago; pid {moved.process.pid} still writes")
+        head = f"log {what} {moved.name}{there}"
         phase = Phase.TRAINING if step is not None else Phase.STARTING
         age = fresh.age if step is not None and moved.mtime is None else (
             max(0.0, ev.now - moved.mtime) if ev.now is not None and moved.mtime is not None else fresh.age)
@@ -292,6 +294,9 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         level = Level.NOTE if ev.silent_for is not None and ev.silent_for <= training_threshold else Level.WARN
         return verdict(phase, level, head, threshold=training_threshold, alert=level is Level.WARN, said=told)
 
+    if phase is Phase.TRAINING and doing.no_file_progress and (told_by_gpu := _bar_off_file(
+            ev, gpu, training_threshold, verdict)) is not None:
+        return told_by_gpu
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
     threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
     age = fresh.age if phase is Phase.TRAINING and not doing.no_file_progress else ev.silent_for
@@ -338,6 +343,25 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             describe += "; " + ", ".join(words.finding(f) for f in idle)
     return verdict(phase, level, with_findings(describe), threshold=threshold,
                    said=with_findings_said() | progress_said() | counter_said)
+
+
+def _bar_off_file(ev: Evidence, gpu: GpuReport, silence_after: float, verdict: Callable[..., Verdict]) -> Verdict | None:
+    """Lightning's rich bar draws on the terminal only: with its writer alive, the run's GPUs say what the log
+    cannot. Busy in every sample: it trains. Idle in every sample past `silence_after`: it has stopped working.
+    Anything else (no GPU seen, low, oscillating): None, the loading grace decides."""
+    mine = [g for g in gpu.gpus if g.role is not None] if gpu.roles else list(gpu.gpus)
+    if not mine or gpu.error:
+        return None
+    untouched = f" (untouched {hz.duration(ev.silent_for)})" if ev.silent_for is not None else ""
+    if all(g.cls == "busy" for g in mine):
+        return verdict(Phase.TRAINING, Level.NOTE, f"training — {fd.gpu_names(mine)} busy, Lightning's rich progress "
+                       f"bar does not reach the log{untouched}", said={Said.GPUS})
+    if all(g.cls == "idle" for g in mine) and ev.silent_for is not None and ev.silent_for > silence_after:
+        held = " (memory held)" if all(g.holds_memory for g in mine) else ""
+        return verdict(Phase.SILENT, Level.CRIT, f"silent {hz.duration(ev.silent_for)} — Lightning's rich progress bar "
+                       f"writes nothing to the log and {fd.gpu_names(mine)} idle{held}; process alive",
+                       [Concern(Worry.SILENT)], threshold=silence_after, said={Said.GPUS})
+    return None
 
 
 def _paused(ev: Evidence, doing: Doing, step: Step | None, life: Liveness, age: float | None, threshold: float,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.evidence import Evidence
-from bot.core.facts import Process
+from bot.core.facts import FolderUse, Process
 
 TRAINING_PROCESS = re.compile(r"python|torchrun|deepspeed|accelerate|lightning|\bmpirun\b|\bsrun\b")
 
@@ -46,10 +46,37 @@ def liveness(ev: Evidence) -> Liveness:
         return Liveness(Life.PAUSED if writer.paused else Life.ALIVE, writer)
     if ev.moved is not None:
         return Liveness(Life.MOVED, ev.moved.process)
-    if near := main_writer([p for p in ev.near if TRAINING_PROCESS.search(p.command)]):
+    if near := main_writer([p for p in ev.near if TRAINING_PROCESS.search(p.command) and could_write(ev, p)]):
         # `with open(log, "a") as f: f.write(...)` each step (nanoGPT-style loops) holds nothing open
         # between writes; its process, working in the log's folder, is the run.
         return Liveness(Life.PAUSED if near.paused else Life.NEAR, near)
     # A log written seconds ago with no writer seen is not alive when the probe saw every process:
     # a killed compile must not read "compiling — 7 s so far".
     return Liveness(Life.UNSEEN if ev.hidden_processes else Life.GONE)
+
+
+# ps's etimes and the log's mtime are whole seconds: a process counts as started after the last write only past this.
+_CLOCK_SLACK_S = 2.0
+
+
+def could_write(ev: Evidence, p: Process) -> bool:
+    """Whether a process working in the log's folder may be the loop that opens the log for each write. Not one
+    that started after the log's last write (a job started there since, a shell), nor one whose whole tree only
+    reads files there and holds no GPU: a TensorBoard (its data server holds the event files read-only)."""
+    if ev.now is not None and ev.log.mtime is not None and p.elapsed_s is not None:
+        if ev.now - p.elapsed_s - ev.log.mtime > _CLOCK_SLACK_S:
+            return False
+    tree = _tree(ev.near_use, p.pid)
+    return not tree or any(u.writes or u.gpu for u in tree) or not any(u.reads for u in tree)
+
+
+def _tree(uses: Sequence[FolderUse], pid: int) -> list[FolderUse]:
+    """The process's own use and its descendants' among those working in the folder."""
+    seen, todo = {pid}, [pid]
+    while todo:
+        here = todo.pop()
+        for u in uses:
+            if u.ppid == here and u.pid not in seen:
+                seen.add(u.pid)
+                todo.append(u.pid)
+    return [u for u in uses if u.pid in seen]
