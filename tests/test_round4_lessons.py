@@ -37,3 +37,49 @@ def test_an_error_after_the_counters_last_move_ended_the_run_whatever_is_redrawn
     verdict = diagnose(evidence(log(case), age=120, writers=()), DefaultRun("r"))
     assert (verdict.phase, verdict.level) == (Phase.CRASHED, Level.CRIT), verdict.headline
     assert words in verdict.headline
+
+
+def last_step(case: str):
+    from bot.core.progress import recognise
+
+    steps = recognise(log(case).split("\n"))
+    return steps[-1] if steps else None
+
+
+@pytest.mark.parametrize("case,step", [
+    # A leading number that advances by one stride, line after line, the rest measurements: a loop's counter.
+    ("misc-catboost-iteration-98-best-at-1", 98),  # `98:     learn: 0.9547390        test: 0.8340691 best: …`
+    ("cv-awr-20000-iters-iteration-19950-table", 19950),  # AWR's bare columns, `19950   16.929…   43506148 …`
+    # Counter words where no step is printed: episodes, trials (and rounds: one `[ROUND 4]` alone is still no loop).
+    ("cv-custom-iqn-cartpole-episode502", 502),  # `Episode 502\tFrame 11509 \tAverage100 Score: 22.20`
+    ("misc-optuna-pytorch-simple-trial-53-pruned", 53),  # `[I 2020-12-16 12:47:15,125] Trial 53 pruned.`: the stamp is no step
+    # Of two named counters, the one that advances: litgpt's `iter 62 step 1` (the optimizer step waits).
+    ("llm-litgpt-lora-epoch1-iter62-step1", 62),
+])
+def test_the_counter_is_the_number_that_advances_whatever_names_it(case, step):
+    assert last_step(case).step == step
+
+
+def test_a_results_table_keyed_by_a_parameter_is_no_loop():
+    # DINO's k-NN evaluation: `10-NN … 20-NN … 100-NN … 200-NN classifier result`: the rows' numbers lead and
+    # grow, but not by one stride (a loop logs every N steps).
+    from bot.core.progress import recognise
+
+    rows = [x for x in (Path(__file__).parent / "fixtures" / "public" / "misc-dino-knn-eval-finished" / "log")
+            .read_text().split("\n") if "-NN classifier result" in x]
+    assert len(rows) == 4 and recognise(rows) == ()
+
+
+@pytest.mark.parametrize("line,ends", [
+    ("INFO :      Run finished 5 rounds in 22.28s", True),  # Flower
+    ("model.fit... done", True),  # a CatBoost script
+    ("Total Execution Time: 415.10 seconds", True),  # a PINN script's last line
+    ("completed 100 epochs in 3.2 hours", True),
+    ("98:     learn: 0.9547390        test: 0.8340691 best: 0.8356368 (1)     total: 51.2s    remaining: 1h 42m 40s", False),
+    ("Saving checkpoint... done", False),  # a save's end is no run's end
+    ("the run is not finished yet", False),
+])
+def test_a_whole_jobs_end_in_its_own_words(line, ends):
+    from bot.core.markers import Mark, find_markers
+
+    assert any(m.kind is Mark.ENDED for m in find_markers([line])) is ends

@@ -15,7 +15,11 @@ from datetime import datetime
 # "total_timesteps": stable-baselines3's logger table counts environment steps (before its `n_updates`).
 STEP_KEYS = ("global_step", "global step", "step", "steps", "iteration", "iter", "iters", "it", "total_timesteps",
              "num_updates", "updates", "update", "s", "batch", "i", "trainer/global_step", "train/global_step",
-             "up.")  # Marian: `Ep. 1 : Up. 26000 : Sen. 1,650,105 : Cost 3.89087892`
+             "up.",  # Marian: `Ep. 1 : Up. 26000 : Sen. 1,650,105 : Cost 3.89087892`
+             # A loop's counter when no step is printed: RL's episodes (`Episode 502 Frame 11509`, kungfu's
+             # `episode: 2061 end in 5169 steps`), boosting's and federated learning's rounds (Flower's
+             # `[ROUND 4]`), a hyper-parameter search's trials (Optuna's `Trial 53 pruned.`).
+             "episode", "round", "trial")
 EPOCH_KEYS = ("epoch", "ep", "epochs", "ep.")
 LOSS_WORDS = ("loss",)
 LOSS_ALIASES = ("trl", "tl", "ppl")  # llm.c's train loss; "ppl" only when no loss is printed
@@ -316,7 +320,7 @@ def line_time(text: str) -> float | None:
 
 # detectron2 puts the level before its stamp (`WARNING [06/09 11:05:25 d2.x]:`), a paste may bold it (`**ERROR [06/09 …`).
 _LEADING_STAMP = re.compile(
-    r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
+    r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:[DIWEC][ \t]+(?=\d{4}[-/]))?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?)\]?[ \t]*[|:-]?[ \t]*")
 
 

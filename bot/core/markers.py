@@ -44,6 +44,12 @@ END_WORDS = (
     (r"['\"]train_runtime['\"]\s*:|\*{3,} train metrics \*{3,}", "HF Trainer's final metrics (dict, or LlamaFactory's table)"),
     (r"\btraining (?:is )?(?:done|complete|completed|finished)\b|\bfinished training\b|\bdone training\b",
      "HF Trainer's `Training completed.`, autotrain's `Finished training, saving model...`, many scripts"),
+    (r"\b(?:run|job|fit|fitting|experiment|pipeline|study|search)\b\W{0,5}(?:is |has )?(?:done|completed?|finished)\b",
+     "the whole job's own end: Flower's `Run finished 5 rounds in 22.28s`, CatBoost scripts' `model.fit... done`"),
+    (r"\b(?:finished|completed|done)\b[^.;]{0,20}?\b\d+ (?:rounds?|epochs?|iterations?|steps?|trials?|episodes?) in \d",
+     "a count of the loop's units done in a time: `finished 5 rounds in 22.28s`, `completed 100 epochs in 3.2h`"),
+    (r"^\W*total (?:execution|run(?:ning)?|elapsed|wall(?:[- ]clock)?|training) time\b",
+     "a script's last summary line: `Total Execution Time: 415.10 seconds` (a per-step `total:` is no line start)"),
     (r"\btraining of experiment is done\b", "YOLOX: `Training of experiment is done and the best AP is …`"),
     (r"\bend (?:of )?training\b", "PyTorch examples' word_language_model, Transformer-XL: `| End of training | test loss …`"),
     (r"\btraining wall time\b|\btotal training time\b|\boverall training speed\b",
@@ -144,7 +150,8 @@ _STEPS = tuple(re.compile(p, re.I) for p in (r"checkpoint[-_](\d+)", r"global[_ 
 _WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoint", "writing", "evaluat", "validat",
           "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
           "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
-          "exit status", "download", "resum", "average forward", "restart")
+          "exit status", "download", "resum", "average forward", "restart", "execution time", "running time",
+          "elapsed time", "clock time")  # END_WORDS' `Total … time` lines
 
 
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save

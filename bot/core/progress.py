@@ -121,9 +121,34 @@ def _candidate(index: int, raw: str) -> _Line | None:
         return None
     has_counter = any(_counter(f) for f in fs) or _epoch_field(fs) is not None
     has_loss = any(is_loss_key(f.key) for f in fs)
-    if not has_counter and not has_loss:
+    if not has_counter and not has_loss and not _leading_counter(fs):
         return None
     return _Line(index, raw.strip(), template(text), fs, text)
+
+
+def _leading(f: Field, i: int) -> bool:
+    """The line's first number, where the line starts (`98:\tlearn: …`, `[500]\teval-…`, a bare table's first
+    column): the row's label — a loop's counter when it advances line after line."""
+    return i == 0 and f.start <= 1 and f.is_int and f.finite and f.value >= 0
+
+
+def _leading_counter(fs: Sequence[Field]) -> bool:
+    """A line that may be a loop's report though it names no counter: its first number leads it and the rest
+    measure something (a fraction, a loss, a time) — CatBoost's iterations, AWR's bare columns."""
+    return bool(fs) and _leading(fs[0], 0) and len(fs) >= 2 and (_metric(fs) or any(not f.is_int and f.finite for f in fs[1:]))
+
+
+def _named_nothing(fs: Sequence[Field]) -> bool:
+    """A line that names neither a counter nor a loss (admitted by its leading number alone)."""
+    return not any(_counter(f) for f in fs) and _epoch_field(fs) is None and not any(is_loss_key(f.key) for f in fs)
+
+
+def _steady(group: Sequence[_Line]) -> bool:
+    """A leading number that counts a loop: it advances by the same stride line after line (a loop logs every
+    N steps). A results table keyed by a parameter (`10-NN … 20-NN … 100-NN`) does not."""
+    values = [line.fields[0].value for line in group]
+    strides = {b - a for a, b in zip(values, values[1:])}
+    return len(values) >= 3 and len(strides) == 1 and min(strides) > 0
 
 
 def _advancing(values: Sequence[float]) -> bool:
@@ -162,8 +187,11 @@ def _choose_counter(group: Sequence[_Line]) -> int | None:
             continue
         if len(group) == 1 and f.key not in _STEP_PREFERENCE and f.total is None and not is_epoch:
             continue  # alone, only an exact step key counts: "gradient accumulation steps 8" is a setting
-        # Named step keys first, then an n/total counter that moves, then an epoch, then anything advancing.
-        rank = (0, named) if named is not None else (1, 0) if f.total is not None else (3, 0) if is_epoch else (2, 0)
+        # Named step keys first — one that advances before one that stands (litgpt's `iter 62 step 1`: the
+        # optimizer's step waits for gradient accumulation, the iteration counts) —, then an n/total counter that
+        # moves, then an epoch, then anything advancing.
+        rank = ((0, named) if advances or len(group) < 2 else (0.5, named)) if named is not None else (
+            (1, 0) if f.total is not None else (1, 1) if advances and _leading(f, i) else (3, 0) if is_epoch else (2, 0))
         scores.append((rank, -i if advances else i, i))
     return min(scores)[2] if scores else None
 
@@ -438,6 +466,8 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
             # Learned at earlier looks: the number that advanced between them counts, one line is enough.
             ranked.append((0, group[-1].index, group, rule.field))
             continue
+        if _named_nothing(group[-1].fields) and not _steady(group):
+            continue  # numbers in rows, no loop behind them
         counter = _choose_counter(group)
         has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
         if counter is None and not (has_loss and (len(group) >= 2 or _metric(group[-1].fields))):
@@ -472,7 +502,8 @@ def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
 
 
 def _train_words(tpl: str) -> bool:
-    return bool(re.search(r"(?i)\btrain(?:ing)?\b(?! *(?:set|split|data))", tpl))
+    """The line reports training too, beside its evaluation (XGBoost's `train-logloss`, CatBoost's `learn:`)."""
+    return bool(re.search(r"(?i)\b(?:train(?:ing)?|learn)\b(?! *(?:set|split|data))", tpl))
 
 
 def _stamp(stamps: Sequence[float | None], index: int) -> float | None:
