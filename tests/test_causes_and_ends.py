@@ -124,6 +124,10 @@ def test_a_timeout_is_the_cause_of_the_other_ranks_aborted_communicators():
 
 # One real line for every entry of markers.END_WORDS (each from the source its comment names).
 END_LINES = [
+    # round 4's (tests/fixtures/round4): Flower's server, a CatBoost script, a PINN script's last line
+    "INFO :      Run finished 5 rounds in 22.28s",
+    "model.fit... done",
+    "Total Execution Time: 415.10 seconds",
     "[2022-11-22 11:27:14,442] [INFO] [launch.py:350:main] Process 29248 exits successfully.",
     "[after training is done] datetime: 2026-03-20 19:41:47 ",
     "Epoch 3: 100%|██████████| 6104/6104 [00:36<00:00, 166.90it/s, v_num=0]`Trainer.fit` stopped: `max_epochs=4` reached.",

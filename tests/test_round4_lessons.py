@@ -83,3 +83,23 @@ def test_a_whole_jobs_end_in_its_own_words(line, ends):
     from bot.core.markers import Mark, find_markers
 
     assert any(m.kind is Mark.ENDED for m in find_markers([line])) is ends
+
+
+@pytest.mark.parametrize("case,writer,phase,words", [
+    # The shell's `Killed` glued to the end of a spinner's line the process never ended.
+    ("cv-nerfstudio-nerfacc-cuda-setup-killed", False, Phase.CRASHED, "killed"),
+    # W&B's run summary at exit (`wandb: train/global_step 260`) is no progress past the error before it.
+    ("llm-trl-sft-llama2-save-disk-quota-step260", False, Phase.CRASHED, "SafetensorError"),
+    # Phase words, one table each: mmcv's `load checkpoint from local path: …`, pycocotools' and AllenNLP's
+    # `creating index` / `Creating a vocabulary` (its counting bar below counts that work), XLA's constant
+    # folding while it compiles.
+    ("cv-mmrotate-strip-rcnn-loading-stripnet-checkpoint", True, Phase.LOADING, "load checkpoint"),
+    ("cv-mmdetection-redet-coco-index-created-stuck", True, Phase.PREPARING, "index"),
+    ("misc-allennlp-sst-creating-vocabulary", True, Phase.PREPARING, "vocabulary"),
+    ("misc-haiku-xla-constant-folding-compiling-train-step", True, Phase.COMPILING, "compiling"),
+])
+def test_what_the_run_does_is_read_from_its_own_announcements(case, writer, phase, words):
+    alive = ((692, 40, "python3 train.py"),) if writer else ()
+    verdict = diagnose(evidence(log(case), age=20 if writer else 120, writers=alive), DefaultRun("r"))
+    assert verdict.phase is phase, verdict.headline
+    assert words.casefold() in verdict.headline.casefold(), verdict.headline

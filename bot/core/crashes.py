@@ -28,6 +28,8 @@ _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds?")
 _SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? ([\d,-]+): (Aborted|Killed|Segmentation fault|Bus error|Exited with exit code (\d+))")
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
 _KILLED = re.compile(r"(?i)^Killed(?::? 9)?[ \t]*$|^\S.*?:[ \t]+(?:line[ \t]+)?\d+:[ \t]+(?:\d+[ \t]+)?Killed\b"
+                     # the shell's `Killed` glued to a last line the process never ended (a spinner's `…time)Killed`)
+                     r"|(?<=[^\sA-Za-z])Killed[ \t]*$"
                      r"|^\w+: killed[ \t]|oom[_-]kill|\bOut of memory: Killed process")
 _SEGFAULT = re.compile(r"(?i)segmentation fault(?: \(core dumped\))?|\bSIGSEGV\b")
 _FATAL = re.compile(r"(?i)floating point exception(?: \(core dumped\))?|\bbus error(?: \(core dumped\))?"

@@ -258,7 +258,12 @@ def _against_counter(bars: Sequence[BarLine], steps: Sequence[Step], lines: Sequ
     line above it announces (PaddleNLP downloads its weights through such a bar), or work we cannot place."""
     total = steps[-1].total if steps else None
     if total is None:
-        return list(bars)
+        # A counting bar (`42it [00:00, 222144.73it/s]`: no description, no total) counts what the line above
+        # it announced when that is a phase of its own (AllenNLP: `Creating a vocabulary …`).
+        # It has no words of its own: the announcement's, cut, say what it counts.
+        return [replace(b, bar=replace(b.bar, role=said[0], desc=said[1].rstrip(".… ")[:60])) if (
+            b.bar.role is Role.TRAINING and not b.bar.desc and b.bar.total is None
+            and (said := _announcement(lines, b.index, bars))[0] is not Role.OTHER) else b for b in bars]
     out = []
     for b in bars:
         bar = b.bar
@@ -284,14 +289,31 @@ def _inner(bars: Sequence[BarLine]) -> list[BarLine]:
             else b for b in bars]
 
 
+# The phases an announcement above a bar hands it, in the markers' own words (one table: bot.core.markers).
+_ANNOUNCED_ROLE = {Mark.LOADING: Role.LOADING, Mark.PREPARING: Role.PREPARING}
+
+
 def _announced(lines: Sequence[str], index: int, bars: Sequence[BarLine]) -> Role:
-    """The role the nearest line above a bar gives it ("Downloading … .pdparams" before the bar: loading)."""
+    return _announcement(lines, index, bars)[0]
+
+
+def _announcement(lines: Sequence[str], index: int, bars: Sequence[BarLine]) -> tuple[Role, str]:
+    """The role the lines just above a bar give it, and the line that says so ("Downloading … .pdparams" before
+    the bar: loading; AllenNLP's `Creating a vocabulary …` then `Fitting token dictionary from dataset.` before its
+    counting bar: preparing)."""
     at_bars = {b.index for b in bars}
+    said = 0
     for j in range(index - 1, max(-1, index - 4), -1):
         if j not in at_bars and (above := message(lines[j])):
             role = role_of(above)
-            return role if role not in (Role.TRAINING, Role.OTHER) else Role.OTHER
-    return Role.OTHER
+            if role is Role.OTHER and (marked := find_markers([above])):
+                role = _ANNOUNCED_ROLE.get(marked[0].kind, Role.OTHER)
+            if role not in (Role.TRAINING, Role.OTHER):
+                return role, above
+            said += 1
+            if said == 2:
+                break
+    return Role.OTHER, ""
 
 
 def _with_evaluation(bars: Sequence[BarLine], evaluation: Step | None) -> tuple[BarLine, ...]:

@@ -126,11 +126,17 @@ _EVALUATED = re.compile(r"""(?i)^\{['"]eval_|\*+ eval metrics \*+|validation los
                         r"|\bInference done\b|\bevaluation (?:results|done|finished)\b|^Average forward time\b"
                         r"|\bTotal inference time\b|\bval(?:idation)?[_ ]loss\b|\bEvaluation Epoch\b")
 _COMPILE = re.compile(r"(?i)torch\._dynamo|torch\._inductor|\bcompiling\b|\bautotun|building extension module|"
-                      r"emitting ninja build file|\btorch\.compile\b")
+                      r"emitting ninja build file|\btorch\.compile\b"
+                      # XLA (JAX, Haiku, TF) while it compiles: `Constant folding an instruction is taking > 1s`
+                      r"|\bconstant[- ]folding\b")
 _LOAD = re.compile(r"(?i)^loading (?:checkpoint|model|weights|pretrained|state)|\bLoading checkpoint from\b|"
+                   # mmcv/MMEngine: `load checkpoint from local path: …/stripnet_t.pth`, `load model from: …`
+                   r"\bload (?:checkpoint|model|weights|pretrained(?: model)?) from\b|"
                    r"\bloading (?:the )?(?:checkpoint|model|weights) (?:from|shards)\b|\bresuming from checkpoint\b|"
                    r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b")
 _PREPARE = re.compile(r"(?i)\bbuilding (?:GPT |train|the |\w+ )?(?:datasets?|indices|index|vocab)|> building\b|"
+                      # pycocotools under every COCO trainer (`creating index...`), AllenNLP's `Creating a vocabulary`
+                      r"\bcreating (?:a |the )?(?:index|vocab(?:ulary)?|dictionary)\b|"
                       r"\b(?:tokeniz|preprocess)ing\b|\bloading (?:the )?(?:dataset|data)\b|\bprepar(?:e|ing) (?:the )?data")
 # torch.distributed.elastic's agent: `[default] Worker group FAILED. 3/3 attempts left; will restart worker group`.
 _RESTART = re.compile(r"(?i)\bwill restart worker group\b")
@@ -151,7 +157,7 @@ _WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoi
           "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
           "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
           "exit status", "download", "resum", "average forward", "restart", "execution time", "running time",
-          "elapsed time", "clock time")  # END_WORDS' `Total … time` lines
+          "elapsed time", "clock time", "constant folding", "constant-folding", "creating")  # END_WORDS' `Total … time` lines
 
 
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save

@@ -37,8 +37,9 @@ from bot.core.grammar import (
 KEPT_STEPS = 8  # enough for the rate, the loss, NaN's onset and a learned step interval
 READ_PER_TEMPLATE = 48  # lines of one template read closely: several epochs of a counter that restarts each epoch
 # Lines that carry numbers but are not a loop's progress: tracebacks and code quoted in them,
-# config dumps (`learning_rate .......... 0.0001`, `--max_steps 1000`), launcher arguments.
-_NOT_PROGRESS = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception|raise |return |[\w.]+\()'
+# config dumps (`learning_rate .......... 0.0001`, `--max_steps 1000`), launcher arguments, and W&B's console
+# (`wandb: train/global_step 260`: its run summary at exit, never the loop's own line).
+_NOT_PROGRESS = re.compile(r'^[ \t]*(?:File "|Traceback|During handling|The above exception|raise |return |[\w.]+\(|wandb: )'
                            r"|\w\.{4,}|^[ \t]*--?[\w-]+[ \t=]|\b(?:argv|args|cmd|config|Namespace)\b[ \t]*[=:(]"
                            r"|^[\w.]*(?:Error|Exception|Warning)\b:|warnings?\.warn|\bwarn(?:ing)?:|^[ \t]*\w+ = ", re.I)
 # Results printed once at the end, which look like step lines: HF's metrics dict, throughput summaries.
