@@ -26,10 +26,11 @@ from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
 from config.registry import (ConfigError, Registry, Run, UnknownRun, config_warnings, faults_of, format_duration,
                              load_registry)
-from config.settings import Settings, config_path, load_settings
+from config import environment
 
 if TYPE_CHECKING:
     from bot.service.history import History
+    from config.settings import Settings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
 
@@ -251,8 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_demo(fast=args.fast)
     try:
-        settings = load_settings()
-        path = config_path(args.config, settings)
+        # Only serve and doctor read a Slack secret; the others may reuse the last validated answer (no pydantic).
+        settings = environment.load(secrets=args.command in ("serve", "doctor"))
+        path = environment.config_path(args.config, settings)
         if args.command == "init":
             return _init(Path(args.path).expanduser() if args.path else path, default=path, force=args.force)
         if args.command == "doctor":  # reads the file itself: its faults are checks, not an exit 2
@@ -324,7 +326,7 @@ def _init(path: Path, *, default: Path, force: bool) -> int:
     return EXIT_OK
 
 
-def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) -> int:
+def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings | environment.Remembered) -> int:
     if args.save_probe is not None:
         try:  # say so now, not as a traceback after the probe
             args.save_probe.mkdir(parents=True, exist_ok=True)
