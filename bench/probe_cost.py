@@ -1,11 +1,17 @@
 """What a question costs: the bare probe script, `runbot status` around it, and a question over a warm SSH pool.
 
 1. `bash probe.sh` — the probe runbot builds for a local run, run by hand (its physical cost);
-2. `runbot status RUN` — the whole CLI (Python start, imports, probe, diagnosis, text), as a subprocess;
+2. `runbot status RUN` — the whole CLI (Python start, imports, probe, diagnosis, text), as a subprocess, as an
+   installed runbot runs it: its bytecode compiled once (pip does that; PYTHONDONTWRITEBYTECODE, where set, would
+   compile every module on every call) and its settings kept from the call before (config.environment), both
+   in the bench's temporary folder, after one untimed call; and again with nothing kept (a new cache folder each
+   call: what the first call after a change to the environment or .env costs);
 3. the answer to a question (`Services.check`, what `/run status` awaits before it posts) for a run in a
    container behind a loopback sshd and the `pct` stand-in, over the scheduler's warm connection.
 Each median of --n runs, `gpu_samples` as configured (1 by default: this machine has no GPU; the stand-in
-nvidia-smi answers at once).
+nvidia-smi answers at once). The local commands take turns, one run of each per round, so a shared machine's
+changing load weighs on all of them alike; each also says its CPU time (the process and its children), which
+another process's load inflates less than the wall clock.
 
     .venv/bin/python bench/probe_cost.py [--n 20] [--gpu-samples 1]
 Prints a table and a last line `RESULT name=value ...`.
@@ -15,11 +21,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -35,13 +45,20 @@ from tests.standins import writer_holding  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def median_s(fn, n: int) -> float:
-    times = []
+def in_turns(commands: dict[str, Callable[[], tuple[list[str], dict | None]]], n: int) -> dict[str, tuple[float, float]]:
+    """Each command (argv and environment, asked anew for each run) n times, one of each per round: the median
+    wall-clock and CPU seconds of each."""
+    wall: dict[str, list[float]] = {name: [] for name in commands}
+    cpu: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for name, command in commands.items():
+            argv, env = command()
+            before, t = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+            subprocess.run(argv, capture_output=True, check=False, cwd=REPO, env=env)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            wall[name].append(time.perf_counter() - t)
+            cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in commands}
 
 
 async def warm_asks(services: Services, run, n: int) -> float:
@@ -71,9 +88,15 @@ def main() -> int:
         script = folder / "probe.sh"
         script.write_text(build_script(DefaultRun("local", log=str(log), gpu_samples=args.gpu_samples), "abcdef0123456789"))
         with writer_holding(log):
-            bare = median_s(lambda: subprocess.run(["bash", str(script)], capture_output=True, check=False), args.n)
-            cli = median_s(lambda: subprocess.run([sys.executable, "-m", "bot", "--config", str(config), "status", "local"],
-                                                  capture_output=True, check=False, cwd=REPO), args.n)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env.update(PYTHONPYCACHEPREFIX=str(folder / "pycache"), XDG_CACHE_HOME=str(folder / "cache"))
+            status = [sys.executable, "-m", "bot", "--config", str(config), "status", "local"]
+            subprocess.run(status, capture_output=True, check=True, cwd=REPO, env=env)  # compiles, keeps the settings
+            fresh = itertools.count()
+            took = in_turns({"bare": lambda: (["bash", str(script)], None), "cli": lambda: (status, env),
+                             "unkept": lambda: (status, {**env, "XDG_CACHE_HOME": str(folder / f"cache{next(fresh)}")})},
+                            args.n)
+            (bare, bare_cpu), (cli, cli_cpu), (unkept, _) = took["bare"], took["cli"], took["unkept"]
             ssh = None
             if have_sshd():
                 lab = SshLab(folder / "lab")
@@ -91,12 +114,15 @@ def main() -> int:
                     lab.close()
             else:
                 print(SKIP_REASON)
-    print(f"{'what (median of ' + str(args.n) + ')':<52} {'ms':>8}")
-    print(f"{'bash probe.sh (the probe alone, local)':<52} {bare * 1000:>8.1f}")
-    print(f"{'runbot status (Python, imports, probe, verdict)':<52} {cli * 1000:>8.1f}")
+    print(f"{'what (median of ' + str(args.n) + ')':<52} {'ms':>8} {'CPU ms':>8}")
+    for label, name in (("bash probe.sh (the probe alone, local)", "bare"),
+                        ("runbot status (Python, imports, probe, verdict)", "cli"),
+                        ("runbot status, settings not kept (pydantic imported)", "unkept")):
+        print(f"{label:<52} {took[name][0] * 1000:>8.1f} {took[name][1] * 1000:>8.1f}")
     if ssh is not None:
         print(f"{'a question over the warm SSH pool (/run status)':<52} {ssh * 1000:>8.1f}")
     print(f"RESULT bare_probe_ms={bare * 1000:.1f} cli_status_ms={cli * 1000:.1f} cli_ratio={cli / bare:.1f} "
+          f"cli_cpu_ratio={cli_cpu / bare_cpu:.1f} cli_unkept_ms={unkept * 1000:.1f} "
           f"warm_ssh_ask_ms={ssh * 1000 if ssh is not None else float('nan'):.1f} gpu_samples={args.gpu_samples}")
     return 0
 

@@ -1,41 +1,36 @@
-"""The `runbot` command line: argument parsing and wiring, nothing clever (shell)."""
+"""The `runbot` command line: argument parsing and wiring, nothing clever (shell).
+
+Each command imports what it needs when it runs (the imports inside the functions below): a person's
+`runbot status` is Python's start, a probe and a diagnosis, not the whole bot loading (docs/performance.md).
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import math
 import os
-import platform
 import sys
 import time
 import urllib.parse
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from bot import __version__, host_cli
-from bot.render import chart as render_chart
-from bot.render import machine as render_machine
-from bot.render import plugin as render_plugin
-from bot.render import slack as render_slack
-from bot.render import text as render_text
-from bot.probe import replay
-from bot.probe.scheduler import Scheduler
-from bot.probe.targets import Targets
-from bot.service.history import History
+from bot import __version__
+from bot.render import chart as render_chart  # its limits for the help; matplotlib only when it draws
 from bot.service.logs import PlainLines, to_stderr
-from bot.service.state_file import StateFile, StateFileError, unreadable_words
-from bot.core.redact import printable
-from bot.core.timeline import HISTORY_WINDOW_S, incidents_between, spans
+from bot.core.timeline import HISTORY_WINDOW_S
 from bot.core.verdict import TAIL_DEFAULT, TAIL_MAX, Phase, Verdict, tail_lines
 from config.durations import parse_duration
-from config.example import text as example_config
 from config.registry import (ConfigError, Registry, Run, UnknownRun, config_warnings, faults_of, format_duration,
                              load_registry)
-from config.settings import Settings, config_path, load_settings
+from config import environment
+
+if TYPE_CHECKING:
+    from bot.service.history import History
+    from config.settings import Settings
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 2, 3
 
@@ -108,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="runbot", description="What are my training runs doing? One line each.", parents=[common],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"`runbot COMMAND --help` says what a command takes and how it exits.\n\n{_ENVIRONMENT}")
-    p.add_argument("--version", action="version", version=f"runbot {__version__} (Python {platform.python_version()})")
+    # sys.version's first word is what platform.python_version() says, without importing platform
+    p.add_argument("--version", action="version", version=f"runbot {__version__} (Python {sys.version.split()[0]})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, summary: str, description: str, *exits: str, epilog: str = "") -> argparse.ArgumentParser:
@@ -236,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(words)
     except SystemExit as exc:  # argparse already printed its message (or the help, or the version)
         if exc.code != 0 and "--check" in words:  # a plugin that cannot run says UNKNOWN, on stdout, exit 3
+            from bot.render import plugin as render_plugin  # noqa: PLC0415 - each command imports what it answers with
+
             print(render_plugin.unknown("bad arguments (see stderr)"))
             return render_plugin.UNKNOWN
         return EXIT_OK if exc.code == 0 else EXIT_USAGE
@@ -254,8 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_demo(fast=args.fast)
     try:
-        settings = load_settings()
-        path = config_path(args.config, settings)
+        # Only serve and doctor read a Slack secret; the others may reuse the last validated answer (no pydantic).
+        settings = environment.load(secrets=args.command in ("serve", "doctor"))
+        path = environment.config_path(args.config, settings)
         if args.command == "init":
             return _init(Path(args.path).expanduser() if args.path else path, default=path, force=args.force)
         if args.command == "doctor":  # reads the file itself: its faults are checks, not an exit 2
@@ -285,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _usage_fault(args: argparse.Namespace, why: str) -> int:
     """Exit 2 — or, for a --check, the plugin's UNKNOWN line on stdout and exit 3: a monitor reads only those."""
     if getattr(args, "check", False):
+        from bot.render import plugin as render_plugin  # noqa: PLC0415 - each command imports what it answers with
+
         print(render_plugin.unknown(why))
         return render_plugin.UNKNOWN
     return EXIT_USAGE
@@ -303,6 +304,8 @@ def _tail_count(args: argparse.Namespace) -> int:
 
 def _init(path: Path, *, default: Path, force: bool) -> int:
     """Write the commented example where the user asks (`-`: print it); an existing file stays unless --force."""
+    from config.example import text as example_config  # noqa: PLC0415 - only init writes it
+
     text = example_config()
     if str(path) == "-":
         sys.stdout.write(text)
@@ -323,7 +326,7 @@ def _init(path: Path, *, default: Path, force: bool) -> int:
     return EXIT_OK
 
 
-def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) -> int:
+def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings | environment.Remembered) -> int:
     if args.save_probe is not None:
         try:  # say so now, not as a traceback after the probe
             args.save_probe.mkdir(parents=True, exist_ok=True)
@@ -341,10 +344,14 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
 
         return serve(registry, settings, log_level=settings.log_level(logging.INFO, verbose=args.verbose))
     if args.command == "runs":
-        rows = asyncio.run(_check_all(registry, args.save_probe, settings.runbot_state_db))
+        rows = _check_all(registry, args.save_probe, settings.runbot_state_db)
         if args.json:
+            from bot.render import machine as render_machine  # noqa: PLC0415 - each command imports what it answers with
+
             _print_json(render_machine.runs(rows, {name: run.where for name, run in registry.runs.items()}))
         else:
+            from bot.render import text as render_text  # noqa: PLC0415 - each command imports what it answers with
+
             print(render_text.runs(rows))
         return EXIT_OK
     if args.command == "plot":
@@ -352,43 +359,64 @@ def _dispatch(args: argparse.Namespace, registry: Registry, settings: Settings) 
     if args.command == "history":
         return _history(args, registry)
     if args.command in ("discover", "host"):
+        from bot import host_cli  # noqa: PLC0415 - the host view only for the commands that show it
+
         return host_cli.main(registry, args.command, args.host)
     lines = _tail_count(args) if args.command == "tail" else TAIL_DEFAULT
     run = registry.resolve(args.run)
-    verdict = asyncio.run(_check_one(registry, run, args.save_probe, settings.runbot_state_db))
+    verdict = _check_one(registry, run, args.save_probe, settings.runbot_state_db)
     if args.command == "preview":
         print(_preview(verdict, run, args.view))
     elif args.command == "status" and args.check:
+        from bot.render import plugin as render_plugin  # noqa: PLC0415 - each command imports what it answers with
+
         status, line = render_plugin.check(verdict)
         print(line)
         return status
-    elif args.command == "status" and args.json:
-        _print_json(render_machine.status(verdict, where=run.where))
-    elif args.command == "status":
-        print(render_text.status(verdict, where=run.where))
-    elif args.command == "gpus" and args.json:  # the host's view (who holds each GPU) stays in the text answer
-        _print_json(render_machine.gpus(verdict, where=run.where))
-    elif args.command == "gpus":
-        print(render_text.gpus(verdict))
-        for line in host_cli.gpus_lines(registry, run):
-            print(f"  {line}")
+    elif args.command in ("status", "gpus") and args.json:  # the host's view (who holds each GPU) stays in gpus' text
+        from bot.render import machine as render_machine  # noqa: PLC0415 - each command imports what it answers with
+
+        _print_json(render_machine.status(verdict, where=run.where) if args.command == "status"
+                    else render_machine.gpus(verdict, where=run.where))
     else:
-        print(render_text.tail(verdict, lines))
+        print(_text_answer(args.command, registry, run, verdict, lines))
     return EXIT_UNREACHABLE if verdict.phase is Phase.UNREACHABLE else EXIT_OK
 
 
-async def _check_one(registry: Registry, run: Run, save: Path | None, state_db: str | None = None) -> Verdict:
-    [(_, verdict)] = await _check(registry, [run], save, state_db)
+def _text_answer(command: str, registry: Registry, run: Run, verdict: Verdict, lines: int) -> str:
+    """`status`, `gpus` (with the host's lines under it) or `tail`, as text."""
+    from bot.render import text as render_text  # noqa: PLC0415 - each command imports what it answers with
+
+    if command == "status":
+        return render_text.status(verdict, where=run.where)
+    if command == "gpus":
+        from bot import host_cli  # noqa: PLC0415 - the host view only for the commands that show it
+
+        return "\n".join([render_text.gpus(verdict), *(f"  {line}" for line in host_cli.gpus_lines(registry, run))])
+    return render_text.tail(verdict, lines)
+
+
+def _check_one(registry: Registry, run: Run, save: Path | None, state_db: str | None = None) -> Verdict:
+    [(_, verdict)] = _check_all(registry, save, state_db, [run])
     return verdict
 
 
-async def _check_all(registry: Registry, save: Path | None, state_db: str | None = None) -> list[tuple[str, Verdict]]:
-    return await _check(registry, list(registry.runs.values()), save, state_db)
+def _check_all(registry: Registry, save: Path | None, state_db: str | None = None,
+               runs: list[Run] | None = None) -> list[tuple[str, Verdict]]:
+    """Probe `runs` (every run when None) and wait for the verdicts."""
+    import asyncio  # noqa: PLC0415 - an event loop only for the commands that probe
+
+    return asyncio.run(_check(registry, list(registry.runs.values()) if runs is None else runs, save, state_db))
 
 
 async def _check(registry: Registry, runs: list[Run], save: Path | None, state_db: str | None) -> list[tuple[str, Verdict]]:
     """Probe the runs through the one scheduler (its caps bound `runs`); with RUNBOT_STATE_DB set, read their
     memory for trends and add what this probe saw to it."""
+    import asyncio  # noqa: PLC0415 - the probing commands' own imports: the scheduler and the diagnosis behind it
+
+    from bot.probe.scheduler import Scheduler  # noqa: PLC0415
+    from bot.probe.targets import Targets  # noqa: PLC0415
+
     targets = Targets(registry)
     memory = _memory(state_db)
     scheduler = Scheduler(registry, targets, history=memory, save_probe=save)
@@ -413,6 +441,9 @@ def _memory(state_db: str | None) -> History | None:
     """The runs' memory in the state file RUNBOT_STATE_DB names (the bot's own, shared); None when unset or unusable."""
     if not state_db:
         return None
+    from bot.service.history import History  # noqa: PLC0415 - SQLite only when RUNBOT_STATE_DB asks for the memory
+    from bot.service.state_file import StateFile, StateFileError  # noqa: PLC0415
+
     try:
         return History(StateFile.open(state_db))  # no runs given: a CLI call never forgets the bot's other runs
     except StateFileError as exc:
@@ -421,6 +452,10 @@ def _memory(state_db: str | None) -> History | None:
 
 
 def _replay(args: argparse.Namespace, registry: Registry | None) -> int:
+    from bot.core.redact import printable  # noqa: PLC0415 - each command imports what it answers with
+    from bot.probe import replay  # noqa: PLC0415
+    from bot.render import text as render_text  # noqa: PLC0415
+
     try:
         later = parse_duration(args.later, "--later") if args.later else 0.0
     except ValueError as exc:
@@ -481,6 +516,8 @@ def _remembered(registry: Registry, run: Run, since: float) -> tuple[list, list,
 
 def _plot(args: argparse.Namespace, registry: Registry) -> int:
     """Draw a run's history from the state file the bot keeps; no probe runs."""
+    from bot.service.state_file import unreadable_words  # noqa: PLC0415 - SQLite only for the commands that read it
+
     window = _window(args.since, "--since")
     run = registry.resolve(args.run)
     now = time.time()
@@ -498,6 +535,11 @@ def _plot(args: argparse.Namespace, registry: Registry) -> int:
 
 def _history(args: argparse.Namespace, registry: Registry) -> int:
     """`runbot history RUN [DURATION]`: /run history's answer from the state file, as text or JSON."""
+    from bot.core.timeline import incidents_between, spans  # noqa: PLC0415 - each command imports what it answers with
+    from bot.render import machine as render_machine  # noqa: PLC0415
+    from bot.render import text as render_text  # noqa: PLC0415
+    from bot.service.state_file import unreadable_words  # noqa: PLC0415 - SQLite only for the commands that read it
+
     window = _window(args.since, "DURATION")
     run = registry.resolve(args.run)
     now = time.time()
@@ -519,6 +561,8 @@ def _print_json(answer: dict) -> None:
 
 
 def _preview(verdict: Verdict, run: Run, view: str) -> str:
+    from bot.render import slack as render_slack  # noqa: PLC0415 - Block Kit only for the preview
+
     message = {
         "status": lambda: render_slack.status_message(verdict, run.name, run.where),
         "gpus": lambda: render_slack.gpus_message(verdict, run.name, run.where),

@@ -6,16 +6,16 @@ Read from environment variables and from a `.env` file in the working directory
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
+import typing
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from config.environment import DEFAULT_CONFIG, DOT_ENV, config_path, log_level
 from config.registry import ConfigError
 
-DEFAULT_CONFIG = "config/runs.toml"
+__all__ = ["DEFAULT_CONFIG", "LogLevel", "Settings", "check_tokens", "config_path", "load_settings"]
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     """Everything runbot takes from the environment (see docs/configuration.md)."""
 
     model_config = SettingsConfigDict(
-        env_file=".env",
+        env_file=DOT_ENV,
         env_file_encoding="utf-8",
         extra="ignore",
         env_ignore_empty=True,
@@ -51,9 +51,16 @@ class Settings(BaseSettings):
 
     def log_level(self, default: int, *, verbose: bool = False) -> int:
         """The logging level: --verbose (debug), else RUNBOT_LOG_LEVEL, else the command's own default."""
-        if verbose:
-            return logging.DEBUG
-        return logging.getLevelName(self.runbot_log_level.upper()) if self.runbot_log_level else default
+        return log_level(self.runbot_log_level, default, verbose=verbose)
+
+    def kept(self) -> dict[str, object]:
+        """What config.environment may keep between calls: every field but the secrets, as JSON values."""
+        return self.model_dump(mode="json", exclude={name for name, field in type(self).model_fields.items()
+                                                     if _holds_secret(field.annotation)})
+
+
+def _holds_secret(annotation: object) -> bool:
+    return annotation is SecretStr or any(_holds_secret(arg) for arg in typing.get_args(annotation))
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -64,12 +71,6 @@ def load_settings(**overrides: object) -> Settings:
         first = exc.errors()[0]
         name = ".".join(str(part) for part in first["loc"]).upper()
         raise ConfigError("environment", name, first["msg"]) from None
-
-
-def config_path(cli_value: str | None, settings: Settings) -> Path:
-    """The TOML file to read: `--config`, else `RUNBOT_CONFIG`, else `config/runs.toml`."""
-    chosen = cli_value or settings.runbot_config or DEFAULT_CONFIG
-    return Path(chosen).expanduser()
 
 
 # What each Slack credential starts with (Slack's token types; rotated bot tokens are "xoxe.xoxb-").

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from bot.core.history import Point
-from bot.core.ledger import Incident
 from bot.core.verdict import Phase
+
+if TYPE_CHECKING:  # a type only: the ledger (and the alerts behind it) is not loaded for HISTORY_WINDOW_S
+    from bot.core.ledger import Incident
 
 MAX_SPANS = 8  # the newest spans a phone shows; older ones are counted, not listed
 HISTORY_WINDOW_S = 86400.0  # how far back /run history and `runbot history` look unless told: "what happened overnight"

@@ -17,16 +17,16 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from bot.core.diagnose import unreachable
 from bot.core.learned import Learned
 from bot.core.verdict import Verdict
-from bot.core.host_view import HostView
 from bot.probe.checkup import PROBE_GRACE_S, check_group_within, check_within
-from bot.probe.host_probe import probe_host
-from bot.probe.host_script import PROC_ROOT
 from config.registry import LOCAL, Registry, Run
+
+if TYPE_CHECKING:
+    from bot.core.host_view import HostView
 
 # Probes at once, whatever their host. A local probe costs ~85 ms of CPU in bash and its children and
 # ~20-40 ms of parsing in this process: on 2 cores, 50 at once pushed the ack p99 to 1.2 s, 16 to
@@ -250,14 +250,21 @@ class Scheduler:
         return verdicts
 
     async def host_view(self, host: str, *, discover: bool = False, priority: Priority = Priority.ASK,
-                        proc_root: str = PROC_ROOT) -> HostView:
+                        proc_root: str | None = None) -> HostView:
         """One probe of a host itself (outside every CT), within that host's cap and the overall one. Like
         check(), everyone asking while it runs, or within FRESH_S of its answer, shares it (a team's
         `/run gpus` of one box costs the box one look). `proc_root`: where its /proc is read (only tests set it)."""
+        # The host view's modules load with the first host probe: a run's probe (`runbot status`) needs none.
+        from bot.probe.host_script import PROC_ROOT  # noqa: PLC0415
+
+        proc_root = PROC_ROOT if proc_root is None else proc_root
         return await self.host_answers.get((host, discover, proc_root),
                                            lambda: self._host_probe(host, discover, priority, proc_root))
 
     async def _host_probe(self, host: str, discover: bool, priority: Priority, proc_root: str) -> HostView:
+        from bot.core.host_view import HostView  # noqa: PLC0415 - see host_view()
+        from bot.probe.host_probe import probe_host  # noqa: PLC0415
+
         gate = self.hosts.get(host, self.hosts[LOCAL])
         async with gate.slot(priority), self.overall.slot(priority):
             self.probed += 1

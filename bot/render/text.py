@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from bot.core import humanize as hz
 from bot.core.gpus import format_indices, util_words
-from bot.core.ledger import Incident
 from bot.core.redact import clean_line, redact_lines
-from bot.core.timeline import MAX_SPANS, Span
+from bot.core.timeline import MAX_SPANS
 from bot.core.verdict import Verdict, worst_first
 from bot.render.times import clock
 from bot.render.facts import rows as fact_rows
 from bot.render.facts import tail_note
-from bot.render.alerts import concern_words
-from bot.render.history import MAX_INCIDENTS, gist, nothing_yet, span_words
+
+if TYPE_CHECKING:
+    from bot.core.ledger import Incident
+    from bot.core.timeline import Span
 
 
 def _safe(text: str) -> str:
@@ -90,6 +91,10 @@ def runs(rows: Iterable[tuple[str, Verdict]]) -> str:
 
 def history(run: str, spans: Sequence[Span], incidents: Sequence[Incident], now: float, window: float) -> str:
     """`runbot history RUN`: what /run history says, newest first, times as labelled clocks (UTC)."""
+    # Only the history's: their modules load the alerts' and Slack's renderers, which `runbot status` never needs.
+    from bot.render.alerts import concern_words  # noqa: PLC0415
+    from bot.render.history import MAX_INCIDENTS, gist, nothing_yet, span_words  # noqa: PLC0415
+
     if not spans and not incidents:
         return f"{run}: {nothing_yet(window)}"
     lines = [f"{run}: {gist(spans, incidents, now, window)}", "  phases"]
