@@ -26,7 +26,9 @@ _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout")
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds?")
 # srun's report of a task's end: `srun: error: node12: task 6: Aborted`
 _SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? ([\d,-]+): (Aborted|Killed|Segmentation fault|Bus error|Exited with exit code (\d+))")
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
+# A C++ exception nobody caught: libstdc++'s words, and libc++'s (clang, macOS: MLX's `[METAL] Command buffer …`).
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'"
+                        r"|libc\+\+abi: terminating due to uncaught exception of type ((?:\w+::)*\w+(?:<[^>]*>)?)(?::[ \t]*(.*))?")
 _KILLED = re.compile(r"(?i)^Killed(?::? 9)?[ \t]*$|^\S.*?:[ \t]+(?:line[ \t]+)?\d+:[ \t]+(?:\d+[ \t]+)?Killed\b"
                      # the shell's `Killed` glued to a last line the process never ended (a spinner's `…time)Killed`)
                      r"|(?<=[^\sA-Za-z])Killed[ \t]*$"
@@ -35,9 +37,21 @@ _SEGFAULT = re.compile(r"(?i)segmentation fault(?: \(core dumped\))?|\bSIGSEGV\b
 _FATAL = re.compile(r"(?i)floating point exception(?: \(core dumped\))?|\bbus error(?: \(core dumped\))?"
                     r"|\baborted \(core dumped\)|\billegal instruction(?: \(core dumped\))?")
 # bash's job-control report: `script.sh: line 44: 367038 Hangup   deepspeed …`
-_JOB = re.compile(r"line \d+:[ \t]+\d+[ \t]+(Hangup|Terminated|Interrupt|Quit|Killed|Aborted|Segmentation fault|Bus error)\b")
+_JOB = re.compile(r"line \d+:[ \t]+\d+[ \t]+(Hangup|Terminated|Interrupt|Quit|Killed|Aborted|Segmentation fault|Bus error)\b"
+                  # zsh's: `[1]    24608 abort      python -m mlx_lm.lora …`
+                  r"|^\[\d+\][ \t]+[+-]?[ \t]*\d+[ \t]+(hangup|terminated|interrupt|quit|killed|abort|segmentation fault|bus error)[ \t]")
+_JOB_NAMES = {"abort": "Aborted"}  # zsh's lower-case words, as bash says them
 _SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death signal|received signal (SIG\w+)"
-                     r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal")
+                     r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal"
+                     # abseil's failure-signal handler (Ray, TensorFlow, JAX): `*** SIGTERM received at time=… ***`
+                     r"|\*\*\* (SIG\w+) received at time=")
+# A process's own report of the signal that kills it (Open MPI's and libSegFault's handlers), indented under its
+# `*** Process received signal ***`: `  [m2301007135:374576] Signal: Segmentation fault (11)`.
+_PROCESS_SIGNAL = re.compile(r"^[ \t]*(?:\[[\w.-]+:\d+\][ \t]*)?Signal: ([A-Z][\w ]+?) \((\d+)\)[ \t]*$")
+# An out-of-memory said as a line, not an exception: darknet's `CUDA Error: out of memory`.
+_OOM_LINE = re.compile(r"(?i)^CUDA (?:status )?Error: out of memory\b")
+# Hydra's report of a job that failed (the error follows on the next line): `Error executing job with overrides: []`.
+_HYDRA = re.compile(r"^Error executing job with overrides:")
 # Not Lightning's `[rank: 0] Received SIGTERM: 15`: NeMo under SLURM prints it at start-up and trains on.
 _ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
@@ -247,8 +261,20 @@ def _building(builds: Sequence[tuple[int, str]], at: int) -> str | None:
     return next((name for i, name in reversed(builds) if i < at and at - i <= 400), None)
 
 
+_BOLD_LINE = re.compile(r"^\*{1,2}(\w[^*]*?)\*{1,2}[ \t]*$")
+_SIGNAL_KINDS = {11: Kind.SEGFAULT, 9: Kind.KILLED, 6: Kind.FATAL, 7: Kind.FATAL, 8: Kind.FATAL, 4: Kind.FATAL}
+
+
+def _process_signal(name: str, number: int, rank: int | None, i: int) -> Crash:
+    """`Signal: Segmentation fault (11)`: the kind its number says, in the handler's words."""
+    kind = _SIGNAL_KINDS.get(number, Kind.SIGNAL)
+    return Crash(kind, None, f"{name} (signal {number})", rank=rank, signal_hint=_SIGNALS.get(number), line_index=i)
+
+
 def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str]) -> Crash | None:
     """Fatal text that is not a traceback: kills, signals, assertions, a scheduler's cancel, launchers' exits."""
+    if bold := _BOLD_LINE.match(text):  # a paste's `**Killed**`
+        text = bold[1]
     if _WATCHDOG.search(text):
         return Crash(Kind.NCCL_TIMEOUT, None, _watchdog_message(text), rank=_rank_in(text, rank), line_index=i)
     if m := _STUCK.search(text):
@@ -264,16 +290,22 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
                      {"Aborted": -6, "Killed": -9, "Segmentation fault": -11, "Bus error": -7}[m[2]],
                      signal_hint=_SIGNALS.get(9) if what == "Killed" else None, line_index=i)
     if m := _TERMINATE.search(text):  # C++ abort: no Python traceback follows
-        what = next((w for t in following[:3] if (w := t.partition("what():")[2])), "")
-        kind = _exc_kind(m[1], what)
-        return Crash(kind, m[1], _trim(what), rank=_rank_in(what, rank) if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR)
+        name = m[1] or m[2]
+        what = m[3] or next((w for t in following[:3] if (w := t.partition("what():")[2])), "")
+        kind = _exc_kind(name, what)
+        return Crash(kind, name, _trim(what.strip()), rank=_rank_in(what, rank) if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR)
                      else rank, line_index=i)
+    if _OOM_LINE.search(text):
+        return Crash(Kind.OOM, None, _trim(text), rank=rank, line_index=i)
+    if _HYDRA.search(text):
+        said = next((t.strip() for t in following[:3] if t.strip()), "")
+        return Crash(Kind.TRACEBACK, None, _trim(said or text), rank=rank, line_index=i)
     if m := _CANCELLED.search(text):
         why = (m[1] or "").strip().lower()
         return Crash(Kind.CANCELLED, None, f"cancelled by the job scheduler{f' due to {why}' if why else ''} ({m[0].strip('* ')})",
                      rank=rank, line_index=i)
     if m := _JOB.search(text):
-        name = m[1]
+        name = m[1] or _JOB_NAMES.get(m[2], m[2].capitalize())
         kind = {"Killed": Kind.KILLED, "Segmentation fault": Kind.SEGFAULT, "Bus error": Kind.FATAL,
                 "Aborted": Kind.FATAL}.get(name, Kind.SIGNAL)
         sig = {"Hangup": "SIGHUP", "Terminated": "SIGTERM", "Interrupt": "SIGINT", "Quit": "SIGQUIT"}.get(name)
@@ -364,6 +396,9 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
             if text.startswith(_CHAIN):
                 mode, since = "chain", 0
             mode = "idle" if since > 40 else mode
+        if m := _PROCESS_SIGNAL.match(text):  # indented under its handler's banner, yet the process's own end
+            crashes.append(_process_signal(m[1], int(m[2]), rank, i))
+            continue
         if not text[:1].strip() and not _AGENT.search(text):
             continue  # indented: frames, message continuations, torchrun's report fields (rich logging indents the agent's line)
         if m := _THREAD.match(text):
@@ -394,7 +429,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "training early",
+                "training early", "uncaught exception", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')

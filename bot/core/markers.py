@@ -55,6 +55,8 @@ END_WORDS = (
     (r"\btraining wall time\b|\btotal training time\b|\boverall training speed\b",
      "detectron2's `Total training time` / `Overall training speed`, llama ports' `training wall time`"),
     (r"\bepochs? completed in\b", "YOLOv5/v7/v8: `300 epochs completed in 2.874 hours.`"),
+    (r"\boptimization (?:is )?(?:done|finished|complete(?:d)?)\b",
+     "Caffe's solver: `Optimization Done.`; TF 1 tutorials' and their descendants' `Optimization Finished!`"),
     (r"\ball done\b|^done\.?$|\bfinal (?:model|checkpoint) saved\b|\bsaving final (?:model|checkpoint)", "custom scripts' last words"),
     (r"\bexit status:?\s*0\b", "PBS: `Job execution was successful. Exit Status 0.`"),
     (r"\bterminating training\b", "Keras TerminateOnNaN: `Batch 3: Invalid loss, terminating training`"),

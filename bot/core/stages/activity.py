@@ -4,6 +4,7 @@ a fatal error or a normal end — read by position, never by whether a bar happe
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.core.bars import Bar, Role
@@ -78,7 +79,23 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     if any(c.kind is Kind.NCCL_TIMEOUT for c in own):
         own = [c for c in own if not (c.kind is Kind.NCCL_ERROR and _ABORTED.search(c.message))]
     ranks = {c.rank for c in own}
-    return own[0] if len(ranks) > 1 else own[-1]
+    chosen = own[0] if len(ranks) > 1 else own[-1]
+    return _cause_of(chosen, own)
+
+
+# What a process does once an error has doomed it: abort (a failed `assert(0)`, SIGABRT) — the symptom.
+_SYMPTOMS = frozenset({Kind.FATAL, Kind.ASSERT})
+CAUSE_WITHIN = 10  # lines: an abort this close after another error is that error's end
+
+
+def _cause_of(chosen: Crash, crashes: Sequence[Crash]) -> Crash:
+    """darknet's `CUDA Error: out of memory`, then `Assertion '0' failed`, then `Aborted (core dumped)`: the
+    out-of-memory is what ended the run; the abort only says how."""
+    if chosen.kind not in _SYMPTOMS:
+        return chosen
+    before = [c for c in crashes if c.kind not in _SYMPTOMS and c.rank == chosen.rank
+              and 0 < chosen.line_index - c.line_index <= CAUSE_WITHIN]
+    return before[-1] if before else chosen
 
 
 def _unnamed(c: Crash) -> bool:

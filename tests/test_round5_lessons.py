@@ -1,0 +1,71 @@
+"""Round 5's lessons, on its real logs: how a process's end is said when no Python traceback says it
+(tests/fixtures/round5/FIRST_SIGHT.txt has what was misread at first sight)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.core.crashes import find_crashes
+from bot.core.diagnose import diagnose
+from bot.core.facts import Kind
+from bot.core.verdict import Level, Phase
+from bot.probe.replay import DefaultRun
+from tests.builders import evidence
+
+ROUND5 = Path(__file__).parent / "fixtures" / "round5"
+
+
+def log(case: str) -> str:
+    return (ROUND5 / case / "log").read_text(errors="replace")
+
+
+def line(case: str, start: str) -> str:
+    """The log's own line that starts so (the tests read real text, never a retyped copy)."""
+    return next(x for x in log(case).split("\n") if x.lstrip().startswith(start))
+
+
+@pytest.mark.parametrize("case,start,kind,words", [
+    # abseil's failure-signal handler (Ray, TensorFlow, JAX)
+    ("cv-custom-ray-lmapf-sigterm-after-7936512-steps", "*** SIGTERM received at time=", Kind.SIGNAL, "SIGTERM"),
+    # libc++'s uncaught C++ exception (clang, macOS: MLX on Metal)
+    ("llm-mlx-lm-lora-qwen-metal-abort-after-iter20", "libc++abi: terminating", Kind.TRACEBACK, "[METAL]"),
+    # zsh's job report: `[1]    24608 abort      python -m mlx_lm.lora …`
+    ("llm-mlx-lm-lora-qwen-metal-abort-after-iter20", "[1]", Kind.FATAL, "Aborted"),
+    # a paste's bold `**Killed**`
+    ("misc-custom-fastmaskrcnn-killed-after-iter-144", "**Killed**", Kind.KILLED, "Killed"),
+    # darknet's out-of-memory, said as a line, not an exception
+    ("misc-darknet-cuda-oom-after-resize-iter-10090", "CUDA Error: out of memory", Kind.OOM, "out of memory"),
+])
+def test_a_processs_end_in_the_words_of_whatever_printed_it(case, start, kind, words):
+    [crash] = find_crashes([line(case, start)])[:1]
+    assert crash.kind is kind and words in f"{crash.exc_type} {crash.message}"
+
+
+def test_hydras_report_of_a_failed_job_names_the_error_on_its_next_line():
+    lines = log("misc-hydra-lightning-template-error-locating-target").split("\n")
+    [crash] = find_crashes(lines)
+    assert crash.message.startswith("Error locating target 'src.models.xxx_module.XXXLitModule'")
+
+
+def test_a_signal_reported_by_the_processs_own_handler_under_its_banner_is_its_end():
+    # Open MPI's handler, indented under `*** Process received signal ***`, each line prefixed `[host:pid]`.
+    crashes = find_crashes(log("misc-mindyolo-ascend-segfault-epoch2-step600").split("\n"))
+    assert crashes and crashes[0].kind is Kind.SEGFAULT and "signal 11" in crashes[0].message
+
+
+@pytest.mark.parametrize("case,phase,words", [
+    # `CUDA Error: out of memory`, then `Assertion '0' failed`, then `Aborted (core dumped)`: the cause, not the abort.
+    ("misc-darknet-cuda-oom-after-resize-iter-10090", Phase.CRASHED, "out of memory"),
+    ("llm-mlx-lm-lora-qwen-metal-abort-after-iter20", Phase.CRASHED, "METAL"),
+    ("cv-custom-ray-lmapf-sigterm-after-7936512-steps", Phase.CRASHED, "SIGTERM"),
+    ("misc-mindyolo-ascend-segfault-epoch2-step600", Phase.CRASHED, "segmentation fault"),
+    # Caffe's solver says its own end: `Optimization Done.` (read as killed at first sight: a false CRIT)
+    ("misc-caffe-scnn-finetune-optimization-done", Phase.FINISHED, "optimization done"),
+])
+def test_how_the_run_ended_is_what_the_first_line_says(case, phase, words):
+    verdict = diagnose(evidence(log(case), age=120, writers=()), DefaultRun("r"))
+    assert verdict.phase is phase, verdict.headline
+    assert verdict.level is (Level.CRIT if phase is Phase.CRASHED else Level.OK)
+    assert words.casefold() in verdict.headline.casefold(), verdict.headline
