@@ -1,0 +1,91 @@
+"""The look budget (bot.core.cadence): when the watchdog next looks at a run, as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.core.cadence import Look, Why, due, next_look, steady_every
+from bot.core.facts import Process
+from bot.core.verdict import Concern, Level, Phase, Verdict, Worry
+
+NOW, EVERY = 1000.0, 60.0
+
+
+def seen(phase=Phase.TRAINING, level=Level.OK, age: float | None = 10.0, threshold: float | None = 600.0, **kw) -> Verdict:
+    return Verdict("r", phase, level, "…", progress_age=age, threshold=threshold, **kw)
+
+
+WRITER = Process(pid=7, elapsed_s=3600, command="python train.py")
+
+
+@pytest.mark.parametrize("verdict, silence_after, attention, expected", [
+    # Steady and far from silence: a quarter of silence_after, in whole sweeps (600 / 4 = 150 -> 2 sweeps).
+    (seen(age=10), 600, None, Look(NOW + 120, Why.STEADY)),
+    (seen(age=10, threshold=3600), 3600, None, Look(NOW + 900, Why.STEADY)),
+    # Its last progress would pass the threshold before that: looked at right then (a hang told on time).
+    (seen(age=550), 600, None, Look(NOW + 50, Why.EDGE)),
+    (seen(age=599.5), 600, None, Look(NOW + 0.5, Why.EDGE)),
+    (seen(age=600), 600, None, Look(NOW, Why.EDGE)),
+    # "auto": the verdict's learnt threshold decides; the setting is not known.
+    (seen(age=10, threshold=1200), None, None, Look(NOW + 300, Why.STEADY)),
+    (seen(age=1150, threshold=1200), None, None, Look(NOW + 50, Why.EDGE)),
+    # A short silence_after: a quarter of it is under a sweep, so every sweep (today's cadence).
+    (seen(age=1, threshold=30), 30, None, Look(NOW, Why.STEADY)),
+    (seen(age=1, threshold=239), 239, None, Look(NOW, Why.STEADY)),
+    # Anything but steady training: every sweep.
+    (seen(phase=Phase.SILENT, level=Level.CRIT, age=700, concerns=(Concern(Worry.SILENT),)), 600, None, Look(NOW, Why.NOT_OK)),
+    (seen(phase=Phase.CRASHED, level=Level.CRIT, concerns=(Concern(Worry.CRASHED),)), 600, None, Look(NOW, Why.NOT_OK)),
+    (seen(phase=Phase.TRAINING, level=Level.WARN), 600, None, Look(NOW, Why.NOT_OK)),
+    (seen(phase=Phase.LOADING, level=Level.NOTE, age=None), 600, None, Look(NOW, Why.NOT_OK)),
+    (seen(phase=Phase.UNREACHABLE, level=Level.CRIT, age=None, concerns=(Concern(Worry.UNREACHABLE),)), 600, None,
+     Look(NOW, Why.NOT_OK)),
+    (seen(level=Level.OK, concerns=(Concern(Worry.GPU_IDLE, "drafter"),)), 600, None, Look(NOW, Why.NOT_OK)),
+    # Healthy, but when it could go silent is not known: every sweep.
+    (seen(age=None), 600, None, Look(NOW, Why.UNSURE)),
+    (seen(threshold=None), None, None, Look(NOW, Why.UNSURE)),
+    (seen(phase=Phase.FINISHED, age=5, threshold=None, writer=WRITER), 600, None, Look(NOW, Why.UNSURE)),  # exiting
+    # Finished and nothing left running: only a restart can change it.
+    (seen(phase=Phase.FINISHED, age=5, threshold=None), 600, None, Look(NOW + 120, Why.STEADY)),
+    # What the watchdog knows outranks the verdict: every sweep.
+    (seen(age=10), 600, Why.INCIDENT, Look(NOW, Why.INCIDENT)),
+    (seen(age=10), 600, Why.WATCHED, Look(NOW, Why.WATCHED)),
+    (seen(age=10), 600, Why.ASKED, Look(NOW, Why.ASKED)),
+    (seen(age=10), 600, Why.HOST, Look(NOW, Why.HOST)),
+    (None, 600, None, Look(NOW, Why.FIRST)),
+])
+def test_next_look(verdict, silence_after, attention, expected):
+    assert next_look(verdict, NOW, silence_after, EVERY, attention=attention) == expected
+
+
+@pytest.mark.parametrize("silence_after, check_every, every", [
+    (600, 60, 120), (3600, 60, 900), (30, 10, 10), (5, 1, 1), (600, 10, 150), (10, 60, 60), (479, 60, 60), (480, 60, 120),
+])
+def test_steady_every_is_whole_sweeps_at_most_a_quarter_of_silence_after(silence_after, check_every, every):
+    assert steady_every(silence_after, check_every) == every
+    assert every <= max(check_every, silence_after / 4)
+
+
+@pytest.mark.parametrize("at, now, expected", [
+    (NOW, NOW, True), (NOW + 29, NOW, True), (NOW + 30, NOW, True), (NOW + 31, NOW, False), (NOW - 500, NOW, True),
+])
+def test_due_within_half_a_sweep(at, now, expected):
+    assert due(Look(at, Why.STEADY), now, EVERY) is expected
+    assert due(None, now, EVERY)
+
+
+@pytest.mark.parametrize("silence_after, check_every", [(600, 60), (3600, 60), (300, 10), (120, 7)])
+def test_a_hang_is_seen_within_silence_after_plus_check_every(silence_after, check_every):
+    """Sweeps every check_every, a run stepping until `stop` and frozen after: the sweep that sees its progress
+    older than silence_after comes within silence_after + check_every of the stop, wherever the stop falls."""
+    for offset in range(0, int(check_every), max(1, int(check_every) // 7)):
+        stop = 10 * silence_after + offset + 0.3
+        look, t = None, 0.0
+        while True:
+            if due(look, t, check_every):
+                age = max(0.0, t - stop)
+                if age > silence_after:
+                    break
+                verdict = seen(age=age if t >= stop else 0.0, threshold=silence_after)
+                look = next_look(verdict, t, silence_after, check_every)
+            t += check_every
+        assert t - stop <= silence_after + check_every, (offset, t - stop)
