@@ -1,0 +1,72 @@
+"""People first (issue 21 #1): a question's parse never waits behind a sweep's, and a sweep that overruns
+check_every is cut into the next one, its runs not reached first in line, never two sweeps at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import bot.probe.checkup as checkup
+from bot.probe.scheduler import Priority, Scheduler
+from bot.probe.targets import Targets
+from bot.service.state_file import StateFile
+from bot.service.watchdog import Watchdog
+from config.registry import parse_registry
+from tests.standins import writer_holding
+from tests.test_watchdog import FakeChat
+
+PARSE_CPU_S = 0.03  # what one run's parse costs here, made sure of (a real one is 10-30 ms)
+
+
+def local_runs(tmp_path: Path, n: int, extra: str = "") -> object:
+    text = f'[bot]\nalert_channel = "#a"\n{extra}[defaults]\ngpu_samples = 1\nsilence_after = "5m"\n'
+    for i in range(n):
+        log = tmp_path / f"r{i:02d}.log"
+        log.write_text("".join(f"step={k} loss=2.0 tok/s=10\n" for k in range(1, 30)))
+        text += f'[runs.r{i:02d}]\nhost = "local"\nlog = "{log}"\n'
+    config = tmp_path / "runs.toml"
+    config.write_text(text)
+    return parse_registry(text, config)
+
+
+@pytest.fixture
+def timed_parses(monkeypatch):
+    """Each run's diagnosis made to cost PARSE_CPU_S of CPU (Python, holding the GIL as a real parse does), and
+    recorded: (run, start, end) on the monotonic clock."""
+    real, seen, lock = checkup.diagnose, [], threading.Lock()
+
+    def diagnose(evidence, run, **kw):
+        start = time.monotonic()
+        cpu = time.thread_time()
+        while time.thread_time() - cpu < PARSE_CPU_S:
+            pass
+        verdict = real(evidence, run, **kw)
+        with lock:
+            seen.append((run.name, start, time.monotonic()))
+        return verdict
+
+    monkeypatch.setattr(checkup, "diagnose", diagnose)
+    return seen
+
+
+async def test_a_question_is_parsed_before_the_sweeps_remaining_work(tmp_path, timed_parses):
+    registry = local_runs(tmp_path, 17)
+    scheduler = Scheduler(registry, Targets(registry))
+    runs = list(registry.runs.values())
+    sweep = asyncio.create_task(scheduler.check_group(runs[:16], {}, priority=Priority.SWEEP))
+    while not timed_parses:  # the sweep's probe is back and its 16 parses (~0.5 s of CPU) have begun
+        await asyncio.sleep(0.005)
+    answer = await scheduler.check(runs[16], priority=Priority.ASK)
+    asked = next((start, end) for name, start, end in timed_parses if name == runs[16].name)
+    verdicts = await sweep
+    assert answer.run == runs[16].name and all(v.reached for v in verdicts)
+    swept = [(start, end) for name, start, end in timed_parses if name != runs[16].name]
+    assert len(swept) == 16
+    # The question's parse ran alone: no sweep parse shared the CPU with it (a second thread would have).
+    assert not [s for s in swept if s[0] < asked[1] and asked[0] < s[1]], (asked, swept)
+    # ... and ahead of the sweep's remaining work, which was still to do when it was answered.
+    assert sum(1 for start, _ in swept if start >= asked[1]) >= 4
