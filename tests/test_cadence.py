@@ -89,3 +89,74 @@ def test_a_hang_is_seen_within_silence_after_plus_check_every(silence_after, che
                 look = next_look(verdict, t, silence_after, check_every)
             t += check_every
         assert t - stop <= silence_after + check_every, (offset, t - stop)
+
+
+# -- wired in the watchdog: a fake clock, a fake probe (the scheduler's check_group), sweeps every check_every ----
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def fleet_watchdog(tmp_path, clock: Clock):
+    from bot.service.state_file import StateFile
+    from bot.service.watchdog import Watchdog
+    from config.registry import parse_registry
+    from tests.test_watchdog import FakeChat
+
+    text = ('[bot]\ncheck_every = "60s"\nalert_channel = "C0ALERTS"\n[defaults]\ngpu_samples = 1\nsilence_after = "10m"\n'
+            + "".join(f'[runs.{name}]\nhost = "local"\nlog = "{name}.log"\n' for name in ("steady", "hangs", "crashes")))
+    (tmp_path / "runs.toml").write_text(text)
+    registry = parse_registry(text, tmp_path / "runs.toml")
+    chat = FakeChat()
+    posted: list[tuple[str, float]] = []
+    real_post = chat.post
+
+    async def post(channel, text, blocks, thread_ts=None, *, key=None):
+        posted.append((text, clock()))
+        return await real_post(channel, text, blocks, thread_ts, key=key)
+
+    chat.post = post
+    return Watchdog(registry, None, StateFile.open(tmp_path / "state.sqlite3"), chat, clock=clock), posted
+
+
+@pytest.mark.parametrize("hang_at, crash_at", [(37.0, 61.0), (59.5, 119.9), (0.5, 150.0)])
+async def test_a_steady_run_rests_between_looks_and_a_hang_and_a_crash_are_told_in_time(tmp_path, hang_at, crash_at):
+    """silence_after 10 min, check_every 60 s: a steady run is looked at every other sweep (150 s would be a
+    quarter of silence_after: two whole sweeps); a hang is told within silence_after + check_every of its last
+    step, a crash within silence_after / 4 + check_every (docs/configuration.md)."""
+    start = 100_000.0
+    clock = Clock(start)
+    wd, posted = fleet_watchdog(tmp_path, clock)
+    probes: dict[str, int] = {}
+    hang, crash = start + 5 * 60 + hang_at, start + 5 * 60 + crash_at
+
+    def truth(name: str, t: float) -> Verdict:
+        if name == "crashes" and t >= crash:
+            return Verdict(name, Phase.CRASHED, Level.CRIT, "crashed — OOM", concerns=(Concern(Worry.CRASHED),))
+        age = t - hang if name == "hangs" and t >= hang else 3.0
+        if age > 600:
+            return Verdict(name, Phase.SILENT, Level.CRIT, f"silent {age:.0f} s", concerns=(Concern(Worry.SILENT),),
+                           progress_age=age, threshold=600.0)
+        return Verdict(name, Phase.TRAINING, Level.OK, "training", progress_age=age, threshold=600.0)
+
+    async def check_group(batch, previous, *, priority=None, wait=None):
+        for run in batch:
+            probes[run.name] = probes.get(run.name, 0) + 1
+        return [truth(run.name, clock()) for run in batch]
+
+    wd.probes.check_group = check_group
+    sweeps = 30
+    for _ in range(sweeps):
+        await wd.sweep()
+        clock.t += 60.0
+    told = {name: next(t for text, t in posted if text.startswith(f"{name}: ")) for name in ("hangs", "crashes")}
+    assert "steady" not in {text.split(":")[0] for text, _ in posted}
+    assert probes["steady"] <= sweeps // 2 + 1, probes  # resting between looks, not probed every sweep
+    assert told["hangs"] - hang <= 600 + 60, told["hangs"] - hang
+    assert told["crashes"] - crash <= 600 / 4 + 60, told["crashes"] - crash
+    await wd.stop()

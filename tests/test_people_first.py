@@ -70,3 +70,53 @@ async def test_a_question_is_parsed_before_the_sweeps_remaining_work(tmp_path, t
     assert not [s for s in swept if s[0] < asked[1] and asked[0] < s[1]], (asked, swept)
     # ... and ahead of the sweep's remaining work, which was still to do when it was answered.
     assert sum(1 for start, _ in swept if start >= asked[1]) >= 4
+
+
+class SlowHost:
+    """A stand-in runner: every probe takes `delay` seconds and finds the run's host away; who started, in order."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.started = delay, []
+
+    def runner_for(self, run):
+        outer = self
+
+        class Runner:
+            async def run(self, script, *, timeout, limit=None):
+                outer.started.append(run.name)
+                await asyncio.sleep(outer.delay)
+                return checkup.RunResult(failure="stand-in host", failure_kind="unreachable")
+
+        return Runner()
+
+
+def overrun_watchdog(tmp_path: Path, delay: float) -> tuple[Watchdog, SlowHost]:
+    registry = local_runs(tmp_path, 4, extra='check_every = "10s"\n')
+    targets = SlowHost(delay)
+    # Two local slots, one kept for people: the sweep probes one run at a time, 4 x 0.4 s > its 0.5 s.
+    scheduler = Scheduler(registry, targets, local_probes=2)
+    scheduler.group_max = 1
+    return Watchdog(registry, targets, StateFile.open(tmp_path / "state.sqlite3"), FakeChat(), scheduler=scheduler), targets
+
+
+async def test_an_overrunning_sweep_is_cut_and_its_rest_goes_first_next_time(tmp_path):
+    wd, targets = overrun_watchdog(tmp_path, 0.4)
+    first = await wd.sweep(wait=0.5)
+    # r00 probed, r01 under way at the cut, r02 and r03 never started: carried, not queued behind the next sweep.
+    assert targets.started == ["r00", "r01"] and first.carried == 2 and first.probed == 2
+    second = await wd.sweep(wait=2.0)
+    assert second.still_running == ("r01",)  # its probe from the sweep before is still out: not asked twice
+    assert targets.started[2:4] == ["r02", "r03"], targets.started  # the carry-over first in line
+    assert targets.started[4:] == ["r00"] and second.carried == 0
+    await wd.stop()
+
+
+async def test_no_two_sweeps_at_once(tmp_path):
+    wd, targets = overrun_watchdog(tmp_path, 0.2)
+    running = asyncio.create_task(wd.sweep())
+    await asyncio.sleep(0.05)
+    meanwhile = await wd.sweep()
+    assert meanwhile.skipped and meanwhile.probed == 0 and targets.started == ["r00"]
+    done = await running
+    assert done.probed == 4 and sorted(targets.started) == ["r00", "r01", "r02", "r03"]  # each once
+    await wd.stop()
