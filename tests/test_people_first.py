@@ -120,3 +120,28 @@ async def test_no_two_sweeps_at_once(tmp_path):
     done = await running
     assert done.probed == 4 and sorted(targets.started) == ["r00", "r01", "r02", "r03"]  # each once
     await wd.stop()
+
+
+async def test_a_sweep_holds_no_host_slot_it_cannot_probe_with(tmp_path):
+    """A sweep's probe waiting for an overall turn holds no host slot meanwhile (500 local runs: 15 of the 16 local
+    slots were held, 9 of them only waiting, and 50 questions went through the one left): people asking about that
+    host find its other slots free."""
+    from tests.test_scheduler import Targets as StandIns, registry as standin_registry
+
+    reg = standin_registry(tmp_path, ssh_runs=0, local_runs=20)
+    targets = StandIns(delay=0.3)
+    scheduler = Scheduler(reg, targets, probes_at_once=4, local_probes=8)  # a sweep: 2 overall, 2 kept for people
+    runs = list(reg.runs.values())
+    sweep = [asyncio.create_task(scheduler.check(r, priority=Priority.SWEEP)) for r in runs[:14]]
+    await asyncio.sleep(0.05)
+    local = scheduler.hosts["local"]
+    assert local.busy == 2 and targets.active == 2  # held only by the probes running
+    asked = [asyncio.create_task(scheduler.check(r)) for r in runs[14:]]
+    await asyncio.sleep(0.05)
+    assert targets.active == 4  # two questions at once, at once (the overall slots kept for people)
+    await asyncio.gather(*asked)
+    # ... and the rest as the sweep's running probes end: every question before the sweep's next probe.
+    assert all(targets.started.index(r.name) < targets.started.index(runs[2].name) for r in runs[14:]), targets.started
+    for task in sweep:
+        task.cancel()
+    await asyncio.gather(*sweep, return_exceptions=True)

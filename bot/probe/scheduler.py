@@ -219,8 +219,12 @@ class Scheduler:
         self.group_max = GROUP_MAX  # runs one probe reads at most (1: each run its own probe, as canned runners need)
         # A slot of each kept for people (two overall): a question starts at once, even mid-sweep.
         self.overall = FairGate(probes_at_once, reserved=ASK_RESERVED + 1)
-        self.hosts = {name: FairGate(h.max_channels, reserved=ASK_RESERVED) for name, h in registry.hosts.items()}
-        self.hosts[LOCAL] = FairGate(local_probes, reserved=ASK_RESERVED)
+        # A sweep never holds more of a host's slots than it may run probes overall: more would only be slots held
+        # while waiting for an overall turn, kept from people asking about that host (500 local runs: 15 of
+        # the 16 local slots were held, 9 of them waiting, and 50 questions went through the one left).
+        sweeping = self.overall.capacity - self.overall.reserved
+        self.hosts = {name: self._host_gate(h.max_channels, sweeping) for name, h in registry.hosts.items()}
+        self.hosts[LOCAL] = self._host_gate(local_probes, sweeping)
         # Parsing is CPU under one GIL: more threads add no throughput, only starve the event loop (its lag
         # p99 was ~200 ms with the default pool mid-sweep). One thread, questions first (ParseQueue).
         self.parse = ParseQueue()
@@ -231,6 +235,10 @@ class Scheduler:
         self.host_answers: Shared[tuple[str, bool, str], HostView] = Shared(clock)
         self.probed = 0
         self._asked: dict[str, float] = {}  # run -> clock() of the last question about it
+
+    @staticmethod
+    def _host_gate(capacity: int, sweeping: int) -> FairGate:
+        return FairGate(capacity, reserved=max(ASK_RESERVED, capacity - sweeping))
 
     def asked_lately(self, run_name: str) -> bool:
         """Did a person ask about this run within ASKED_RECENTLY_S?"""
