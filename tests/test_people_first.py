@@ -145,33 +145,3 @@ async def test_a_sweep_holds_no_host_slot_it_cannot_probe_with(tmp_path):
     for task in sweep:
         task.cancel()
     await asyncio.gather(*sweep, return_exceptions=True)
-
-
-async def test_a_sweeps_probe_runs_at_a_lower_cpu_priority_than_a_questions(tmp_path):
-    """On a busy machine the CPU goes to a person's probe (and the training) before a routine look's."""
-    from bot.probe.runners import LocalRunner
-
-    registry = local_runs(tmp_path, 3)
-    seen: list[str] = []
-
-    class Niceness(Targets):
-        def runner_for(self, run):
-            real = super().runner_for(run)
-
-            class Told:
-                async def run(self, script, *, timeout, limit=None):
-                    # The script's own niceness, as its first lines leave it (what its bash and children run at).
-                    head = script.split("\n", 1)[0] + "\n" if script.startswith(checkup.NICE) else ""
-                    told = await LocalRunner().run(head + "ps -o ni= -p $$", timeout=5)
-                    seen.append(told.stdout.decode().strip())
-                    return await real.run(script, timeout=timeout, limit=limit)
-
-            return Told()
-
-    scheduler = Scheduler(registry, Niceness(registry))
-    runs = list(registry.runs.values())
-    await scheduler.check_group(runs[:2], {}, priority=Priority.SWEEP)
-    await scheduler.check(runs[2], priority=Priority.SWEEP)
-    await scheduler.check(runs[2], priority=Priority.ASK)
-    base = (await LocalRunner().run("ps -o ni= -p $$", timeout=5)).stdout.decode().strip()
-    assert seen == [str(int(base) + 10), str(int(base) + 10), base], seen

@@ -26,9 +26,6 @@ from config.validate import compile_step_pattern
 
 DEFAULT_TIMEOUT_S = 30.0
 PROBE_GRACE_S = 5.0  # past the probe's own timeout, before its caller gives up on it
-# A routine probe's first line: its bash and children at a lower CPU priority, so that on a busy machine a
-# person's probe (and the training itself) runs first. Unprivileged; a box without renice just runs it as is.
-NICE = "renice -n 10 -p $$ >/dev/null 2>&1\n"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -89,12 +86,10 @@ async def check(
     save_probe: Path | None = None,
     history: Sequence[Point] = (),
     parser: Executor | None = None,
-    nice: bool = False,
 ) -> Verdict:
-    """Probe `run` once through `runner` and diagnose what came back (in `parser`, a worker thread); `nice`:
-    a routine look, at a lower CPU priority (NICE)."""
+    """Probe `run` once through `runner` and diagnose what came back (in `parser`, a worker thread)."""
     nonce = secrets.token_hex(8)
-    script = (NICE if nice else "") + build_script(run, nonce)
+    script = build_script(run, nonce)
     result = await runner.run(script, timeout=timeout, limit=output_bound(1))
     if save_probe is not None:
         save_capture(save_probe, run.name, nonce, result)
@@ -124,13 +119,12 @@ async def check_within(
     history: Sequence[Point] = (),
     save_probe: Path | None = None,
     parser: Executor | None = None,
-    nice: bool = False,
 ) -> Verdict:
     """check(), but it always answers: a hard deadline a little past the probe's own timeout, and
     any failure (setting up the runner included) as an unreachable verdict, never an exception."""
     try:
         return await asyncio.wait_for(check(run, runner_for(run), timeout=timeout, previous=previous, history=history,
-                                            save_probe=save_probe, parser=parser, nice=nice), timeout + PROBE_GRACE_S)
+                                            save_probe=save_probe, parser=parser), timeout + PROBE_GRACE_S)
     except asyncio.TimeoutError:
         return unreachable(run, f"the probe of {run.name} gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - said in the verdict, logged for us
@@ -146,14 +140,12 @@ async def check_group_within(
     previous: Mapping[str, Verdict] | None = None,
     histories: Mapping[str, Sequence[Point]] | None = None,
     parser: Executor | None = None,
-    nice: bool = False,
 ) -> list[Verdict]:
     """Runs that share a container (or a host) probed by one script in one round trip; always answers, like
     check_within: a deadline a little past the timeout, any failure as every run's unreachable verdict."""
     nonce = secrets.token_hex(8)
     try:
-        script = (NICE if nice else "") + build_group_script(runs, nonce)
-        result = await asyncio.wait_for(runner_for(runs[0]).run(script, timeout=timeout,
+        result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout,
                                                                 limit=output_bound(len(runs))), timeout + PROBE_GRACE_S)
         parts = await _off_loop(parser, lambda: verdict_parts(runs, result, nonce, previous, histories=histories))
         return [await _off_loop(parser, part) for part in parts]  # one run at a time: a question's parse may go between

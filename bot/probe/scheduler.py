@@ -308,8 +308,7 @@ class Scheduler:
             self.probed += 1
             memory = self.history.recent(run.name) if self.history is not None else ()
             verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
-                                         history=memory, save_probe=self.save_probe, parser=self._parsers[priority],
-                                         nice=priority is Priority.SWEEP)
+                                         history=memory, save_probe=self.save_probe, parser=self._parsers[priority])
         if self.history is not None:
             self.history.record(run.name, verdict)
         return verdict
@@ -328,8 +327,7 @@ class Scheduler:
             memory = {r.name: self.history.recent(r.name) for r in runs} if self.history is not None else {}
             verdicts = await check_group_within(runs, self.targets.runner_for,
                                                 timeout=self.registry.bot.probe_timeout, previous=previous,
-                                                histories=memory, parser=self._parsers[priority],
-                                                nice=priority is Priority.SWEEP)
+                                                histories=memory, parser=self._parsers[priority])
         if self.history is not None:
             for run, verdict in zip(runs, verdicts):
                 self.history.record(run.name, verdict)
