@@ -4,6 +4,7 @@ check_every is cut into the next one, its runs not reached first in line, never 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from pathlib import Path
@@ -145,3 +146,14 @@ async def test_a_sweep_holds_no_host_slot_it_cannot_probe_with(tmp_path):
     for task in sweep:
         task.cancel()
     await asyncio.gather(*sweep, return_exceptions=True)
+
+
+async def test_a_question_about_a_run_puts_it_on_every_sweep_but_a_list_of_every_run_does_not(tmp_path):
+    from tests.test_scheduler import Targets as StandIns, registry as standin_registry
+
+    reg = standin_registry(tmp_path, ssh_runs=0, local_runs=2)
+    scheduler = Scheduler(reg, StandIns(delay=0.0))
+    one, other = reg.runs.values()
+    await scheduler.check(one)  # /run status one
+    await scheduler.check(other, wait=math.inf)  # /run runs: every run, however long
+    assert scheduler.asked_lately(one.name) and not scheduler.asked_lately(other.name)

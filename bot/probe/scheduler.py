@@ -257,7 +257,7 @@ class Scheduler:
         every run); a sweep waits as long as it takes, unless given a `wait` (then, past it, the same "busy"
         verdict, which not_probed() tells apart: the watchdog carries that run over to its next sweep).
         """
-        if priority is Priority.ASK:
+        if priority is Priority.ASK and wait != math.inf:  # a list of every run is no worry about any one of them
             self._asked[run.name] = self.clock()
         if previous is not None or priority is Priority.SWEEP:
             return await self._probe(run, previous, priority, wait)

@@ -304,8 +304,10 @@ class Watchdog:
                 down = outage(host, seen) if host is not None else None
                 if host is not None and seen:
                     self.judge(self._host_run(host, runs), down or answering(host, seen))
-                    trouble = any(not v.reached and v.failure_kind in HOST_FAILURES for v in seen)
-                    (self._host_trouble.add if trouble else self._host_trouble.discard)(host)
+                    if any(not v.reached and v.failure_kind in HOST_FAILURES for v in seen):
+                        self._host_trouble.add(host)  # every run of it looked at next sweep: its outage seen whole
+                    else:
+                        self._host_trouble.discard(host)
                 for run, verdict in reached:
                     self.judge(run, verdict, held=down is not None)
                     self._looked(run, verdict, began)
