@@ -16,7 +16,7 @@ app's path through the one scheduler) arrive 0.2 s into the sweep, all at once o
 
     .venv/bin/python bench/watchdog.py [--runs 500] [--ssh-runs 500] [--hosts 5] [--cts 50] [--asks 50]
                                        [--every 10] [--seconds 120] [--log-kib 256] [--silence-after 30s]
-                                       [--ask-spread 0]
+                                       [--ask-spread 0] [--settle 0]
 """
 
 from __future__ import annotations
@@ -175,8 +175,16 @@ async def _bench(args, folder: Path, servers: list) -> dict:
         sweeps, asks, ask_lags, started = [], [], [], time.monotonic()
         looked, carried = [], []
         names = list(registry.runs)
-        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
         next_at = started
+        if args.settle:  # the first look at every run (all due at once, carried over until done), not measured
+            while time.monotonic() - started < args.settle:
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                t = time.monotonic()
+                await wd.sweep(wait=args.every * 0.9)
+                next_at = max(t + args.every, time.monotonic())
+            del lags[:]
+            started = time.monotonic()
+        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
         while time.monotonic() - started < args.seconds:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             t = time.monotonic()
@@ -251,6 +259,9 @@ def main() -> int:
     ap.add_argument("--log-kib", type=int, default=256)
     ap.add_argument("--silence-after", default="30s", help="every run's silence_after (its look budget: bot.core.cadence)")
     ap.add_argument("--ask-spread", type=float, default=0.0, help="seconds the questions are spread over (0: all at once)")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds of sweeps before measuring (the first look at every run: with a long silence_after, "
+                         "the steady state comes after it)")
     args = ap.parse_args()
     r = asyncio.run(bench(args))
     sweeps = r["sweeps"]
@@ -282,7 +293,7 @@ def main() -> int:
           f"(the bot itself: {bot_share:.1%}; with its probes: {bot_share + probe_share:.1%})")
     costs = {name.split()[0]: ms for name, ms in r["costs"]}
     print(f"RESULT runs={total} local={args.runs} ssh={args.ssh_runs} cts={args.cts} every_s={args.every:g} "
-          f"silence_after={args.silence_after} ask_spread_s={args.ask_spread:g} "
+          f"silence_after={args.silence_after} ask_spread_s={args.ask_spread:g} settle_s={args.settle:g} "
           f"looked_p50={statistics.median(r['looked']):.0f} carried_max={max(r['carried'])} "
           f"sweeps={len(sweeps)} sweep_p50_s={p50:.2f} sweep_p99_s={p99:.2f} "
           f"bot_cpu_pct={bot_share * 100:.1f} probe_cpu_pct={probe_share * 100:.1f} rss_mb={r['rss_mb']:.0f} "
