@@ -55,18 +55,18 @@ def timed_parses(monkeypatch):
 
 
 async def test_a_question_is_parsed_before_the_sweeps_remaining_work(tmp_path, timed_parses):
-    registry = local_runs(tmp_path, 17)
+    registry = local_runs(tmp_path, 33)
     scheduler = Scheduler(registry, Targets(registry))
     runs = list(registry.runs.values())
-    sweep = asyncio.create_task(scheduler.check_group(runs[:16], {}, priority=Priority.SWEEP))
-    while not timed_parses:  # the sweep's probe is back and its 16 parses (~0.5 s of CPU) have begun
+    sweep = asyncio.gather(*(scheduler.check_group(runs[i:i + 16], {}, priority=Priority.SWEEP) for i in (0, 16)))
+    while not timed_parses:  # a sweep probe is back and the 32 parses (~1 s of CPU) have begun
         await asyncio.sleep(0.005)
-    answer = await scheduler.check(runs[16], priority=Priority.ASK)
-    asked = next((start, end) for name, start, end in timed_parses if name == runs[16].name)
-    verdicts = await sweep
-    assert answer.run == runs[16].name and all(v.reached for v in verdicts)
-    swept = [(start, end) for name, start, end in timed_parses if name != runs[16].name]
-    assert len(swept) == 16
+    answer = await scheduler.check(runs[32], priority=Priority.ASK)
+    asked = next((start, end) for name, start, end in timed_parses if name == runs[32].name)
+    verdicts = [v for group in await sweep for v in group]
+    assert answer.run == runs[32].name and all(v.reached for v in verdicts)
+    swept = [(start, end) for name, start, end in timed_parses if name != runs[32].name]
+    assert len(swept) == 32
     # The question's parse ran alone: no sweep parse shared the CPU with it (a second thread would have).
     assert not [s for s in swept if s[0] < asked[1] and asked[0] < s[1]], (asked, swept)
     # ... and ahead of the sweep's remaining work, which was still to do when it was answered.
