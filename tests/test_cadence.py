@@ -57,6 +57,17 @@ def test_next_look(verdict, silence_after, attention, expected):
     assert next_look(verdict, NOW, silence_after, EVERY, attention=attention) == expected
 
 
+@pytest.mark.parametrize("spread, age, expected", [
+    # A first steady look spread over the steady gap (3600 / 4 = 15 sweeps), in whole sweeps, at least one.
+    (1.0, 10, Look(NOW + 900, Why.STEADY)), (0.5, 10, Look(NOW + 480, Why.STEADY)), (0.01, 10, Look(NOW + 60, Why.STEADY)),
+    (0.0, 10, Look(NOW + 60, Why.STEADY)), (2.0, 10, Look(NOW + 900, Why.STEADY)),
+    (0.5, 3300, Look(NOW + 300, Why.EDGE)),  # the edge still comes first
+])
+def test_a_spread_first_look_comes_sooner_never_later(spread, age, expected):
+    verdict = seen(age=age, threshold=3600)
+    assert next_look(verdict, NOW, 3600, EVERY, spread=spread) == expected
+
+
 @pytest.mark.parametrize("silence_after, check_every, every", [
     (600, 60, 120), (3600, 60, 900), (30, 10, 10), (5, 1, 1), (600, 10, 150), (10, 60, 60), (479, 60, 60), (480, 60, 120),
 ])
@@ -159,4 +170,38 @@ async def test_a_steady_run_rests_between_looks_and_a_hang_and_a_crash_are_told_
     assert probes["steady"] <= sweeps // 2 + 1, probes  # resting between looks, not probed every sweep
     assert told["hangs"] - hang <= 600 + 60, told["hangs"] - hang
     assert told["crashes"] - crash <= 600 / 4 + 60, told["crashes"] - crash
+    await wd.stop()
+
+
+async def test_a_fleet_first_seen_together_is_looked_at_spread_over_the_steady_gap(tmp_path):
+    """40 steady runs, silence_after 1 h, check_every 60 s: a look every 15 sweeps each, and the fleet seen at the
+    bot's start is not due all in one sweep ever after: each sweep takes a share of it."""
+    from bot.service.state_file import StateFile
+    from bot.service.watchdog import Watchdog
+    from config.registry import parse_registry
+    from tests.test_watchdog import FakeChat
+
+    names = [f"run{i:02d}" for i in range(40)]
+    text = ('[bot]\ncheck_every = "60s"\nalert_channel = "C0ALERTS"\n[defaults]\ngpu_samples = 1\nsilence_after = "1h"\n'
+            + "".join(f'[runs.{name}]\nhost = "local"\nlog = "{name}.log"\n' for name in names))
+    (tmp_path / "runs.toml").write_text(text)
+    clock = Clock(50_000.0)
+    wd = Watchdog(parse_registry(text, tmp_path / "runs.toml"), None, StateFile.open(tmp_path / "state.sqlite3"),
+                  FakeChat(), clock=clock)
+    per_sweep: list[list[str]] = []
+
+    async def check_group(batch, previous, *, priority=None, wait=None):
+        per_sweep[-1].extend(run.name for run in batch)
+        return [Verdict(run.name, Phase.TRAINING, Level.OK, "training", progress_age=3.0, threshold=3600.0) for run in batch]
+
+    wd.probes.check_group = check_group
+    for _ in range(31):
+        per_sweep.append([])
+        await wd.sweep()
+        clock.t += 60.0
+    assert sorted(per_sweep[0]) == names  # the first look: every run
+    after = per_sweep[1:]
+    assert max(len(s) for s in after) <= 10, [len(s) for s in after]  # 40 / 15 a sweep on average, never all
+    assert sorted(n for s in after[:15] for n in s) == names  # each looked at again within the gap...
+    assert all(sum(n == name for s in after for n in s) == 2 for name in names)  # ...and every 15 sweeps since
     await wd.stop()

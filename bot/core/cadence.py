@@ -44,12 +44,14 @@ def steady_every(silence_after: float, check_every: float) -> float:
 
 
 def next_look(verdict: Verdict | None, now: float, silence_after: float | None, check_every: float, *,
-              attention: Why | None = None) -> Look:
+              attention: Why | None = None, spread: float = 1.0) -> Look:
     """When to look at a run again, from its last verdict.
 
     `now`: when the look that gave `verdict` began (the sweep's start: a moment early errs towards looking early).
     `silence_after`: the run's setting (None: "auto"; the verdict's own threshold is used when it has one).
     `attention`: one of ATTENTION when the watchdog knows a reason to look every sweep.
+    `spread` (0 to 1): this share of the steady gap (at least one sweep), for a run's first steady look, so that
+    runs first seen together are not all due in the same sweeps ever after (the watchdog spreads them by name).
     A run that is not steady is looked at every sweep (at = now); a steady one after steady_every, but never
     later than the moment its last progress would pass its silence threshold, so a hang is told within
     silence_after + check_every however rarely the run is looked at."""
@@ -69,6 +71,7 @@ def next_look(verdict: Verdict | None, now: float, silence_after: float | None, 
     every = steady_every(threshold, check_every)
     if every <= check_every:
         return Look(now, Why.STEADY)
+    every = check_every * max(1, math.ceil(every / check_every * min(1.0, max(0.0, spread))))
     edge = now + max(0.0, threshold - verdict.progress_age)
     return Look(edge, Why.EDGE) if edge < now + every else Look(now + every, Why.STEADY)
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import time
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -239,8 +240,11 @@ class Watchdog:
         return None
 
     def _looked(self, run: Run, verdict: Verdict, began: float) -> None:
+        # The first look after the bot's start is followed at a share of the steady gap fixed by the run's name: a
+        # fleet first seen in one sweep is then due over all the gap's sweeps, not all in one every so often.
+        spread = (zlib.crc32(run.name.encode()) % 1000 + 1) / 1000 if run.name not in self.looks else 1.0
         self.looks[run.name] = next_look(verdict, began, run.silence_after, self.registry.bot.check_every,
-                                         attention=self._attention(run))
+                                         attention=self._attention(run), spread=spread)
 
     def _inflight_names(self) -> list[str]:
         return [name for name, task in self._inflight.items() if not task.done()]
