@@ -8,11 +8,15 @@ handful of runs fall silent or crash so the alert path runs too. SSH runs go thr
 (tests/sshd.py) and the `pct` stand-in; their logs are on this machine like the local ones. Messages go
 to a counting chat (no Slack). gpu_samples = 1 with no nvidia-smi on PATH. Sweeps run back to back on
 the check_every cadence, as the scheduler's coalescing interval job would; each sweep is timed from start
-to its last probe. From the second sweep on, 50 questions about 50 runs (the Slack app's path through the
-one scheduler) arrive 0.2 s into the sweep. Then the probe script's own cost is taken apart.
+to its last probe, or cut at 90 % of check_every as the scheduled job cuts it (its runs not reached go first
+next sweep). Each run is probed when its look is due (bot.core.cadence): with `--silence-after 30s` every
+sweep, with "10m" a steady run every 150 s. From the second sweep on, 50 questions about 50 runs (the Slack
+app's path through the one scheduler) arrive 0.2 s into the sweep, all at once or one every
+`--ask-spread / asks` seconds. Then the probe script's own cost is taken apart.
 
     .venv/bin/python bench/watchdog.py [--runs 500] [--ssh-runs 500] [--hosts 5] [--cts 50] [--asks 50]
-                                       [--every 10] [--seconds 120] [--log-kib 256]
+                                       [--every 10] [--seconds 120] [--log-kib 256] [--silence-after 30s]
+                                       [--ask-spread 0] [--settle 0]
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def cpu(who: int) -> float:
 
 
 def make_runs(folder: Path, n: int, log_kib: int, ssh: list | None = None, ssh_runs: int = 0,
-              cts: int = 1) -> tuple[Path, list[Path]]:
+              cts: int = 1, silence_after: str = "30s") -> tuple[Path, list[Path]]:
     """n local runs, and ssh_runs spread over the sshds in `ssh` and `cts` containers in all (CT 100 + k)."""
     # A training log: the step counter only goes up (a log whose counter starts over every few hundred lines
     # reads as restarts, and costs the parser a second pass).
@@ -102,7 +106,8 @@ def make_runs(folder: Path, n: int, log_kib: int, ssh: list | None = None, ssh_r
                      f'key = "{target.key}"\nknown_hosts = "{target.known_hosts}"\nconnect_timeout = "5s"\n')
     config = folder / "runs.toml"
     config.write_text('[bot]\ncheck_every = "10s"\nalert_channel = "C0BENCH"\nstate_db = "state.sqlite3"\n\n'
-                      + "\n".join(hosts) + '\n[defaults]\ngpu_samples = 1\nsilence_after = "30s"\n\n' + "\n".join(runs))
+                      + "\n".join(hosts) + f'\n[defaults]\ngpu_samples = 1\nsilence_after = "{silence_after}"\n\n'
+                      + "\n".join(runs))
     return config, logs
 
 
@@ -144,7 +149,7 @@ async def bench(args) -> dict:
 
 
 async def _bench(args, folder: Path, servers: list) -> dict:
-    config, logs = make_runs(folder, args.runs, args.log_kib, servers, args.ssh_runs, args.cts)
+    config, logs = make_runs(folder, args.runs, args.log_kib, servers, args.ssh_runs, args.cts, args.silence_after)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, "3", *map(str, logs)])  # noqa: ASYNC220 - started once, before the clock runs
     try:
         await asyncio.sleep(1.0)
@@ -168,18 +173,30 @@ async def _bench(args, folder: Path, servers: list) -> dict:
         lags: list[float] = []
         lag_task = asyncio.create_task(loop_lag(lags))
         sweeps, asks, ask_lags, started = [], [], [], time.monotonic()
+        looked, carried = [], []
         names = list(registry.runs)
-        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
         next_at = started
+        if args.settle:  # the first look at every run (all due at once, carried over until done), not measured
+            while time.monotonic() - started < args.settle:
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                t = time.monotonic()
+                await wd.sweep(wait=args.every * 0.9)
+                next_at = max(t + args.every, time.monotonic())
+            del lags[:]
+            started = time.monotonic()
+        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
         while time.monotonic() - started < args.seconds:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             t = time.monotonic()
-            questions = asyncio.create_task(ask(wd, registry, names[len(sweeps)::max(1, len(names) // args.asks)][:args.asks],
-                                                asks, ask_lags, lags)) if sweeps and args.asks else None
-            report = await wd.sweep()
+            questions = (asyncio.create_task(ask(wd, registry, names[len(sweeps)::max(1, len(names) // args.asks)][:args.asks],
+                                                asks, ask_lags, lags, args.ask_spread))
+                         if sweeps and args.asks else None)
+            report = await wd.sweep(wait=args.every * 0.9)  # as the scheduled job: cut at 90 % of check_every
             if questions is not None:
                 await questions
             sweeps.append(report.seconds)
+            looked.append(report.probed)
+            carried.append(report.carried)
             next_at = max(t + args.every, time.monotonic())  # coalesced: a late sweep is not run twice
         wall = time.monotonic() - started
         self_cpu, kids_cpu = cpu(resource.RUSAGE_SELF) - self0, cpu(resource.RUSAGE_CHILDREN) - kids0
@@ -196,20 +213,24 @@ async def _bench(args, folder: Path, servers: list) -> dict:
         writer.wait()
     return {"sweeps": sweeps, "wall": wall, "self_cpu": self_cpu, "kids_cpu": kids_cpu, "costs": costs,
             "posts": chat.posts, "judge_s": judged[0], "lags": lags, "updates": chat.updates, "statuses": statuses,
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "asks": asks, "ask_lags": ask_lags}
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "asks": asks, "ask_lags": ask_lags,
+            "looked": looked, "carried": carried}
 
 
-async def ask(wd, registry, names: list[str], latencies: list[float], lag_during: list[float], lags: list[float]) -> None:
-    """50 people asking about 50 runs 0.2 s into a sweep, through the scheduler's ASK path (what /run status does)."""
+async def ask(wd, registry, names: list[str], latencies: list[float], lag_during: list[float], lags: list[float],
+              spread: float = 0.0) -> None:
+    """50 people asking about 50 runs from 0.2 s into a sweep, through the scheduler's ASK path (what /run status
+    does): all at once, or one every spread / len(names) seconds."""
     await asyncio.sleep(0.2)
     first = len(lags)
 
-    async def one(name: str) -> None:
+    async def one(i: int, name: str) -> None:
+        await asyncio.sleep(i * spread / max(1, len(names)))
         t = time.perf_counter()
         await wd.probes.check(registry.runs[name], priority=Priority.ASK)
         latencies.append(time.perf_counter() - t)
 
-    await asyncio.gather(*(one(n) for n in names))
+    await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
     lag_during.extend(lags[first:])
 
 
@@ -236,6 +257,11 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--log-kib", type=int, default=256)
+    ap.add_argument("--silence-after", default="30s", help="every run's silence_after (its look budget: bot.core.cadence)")
+    ap.add_argument("--ask-spread", type=float, default=0.0, help="seconds the questions are spread over (0: all at once)")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds of sweeps before measuring (the first look at every run: with a long silence_after, "
+                         "the steady state comes after it)")
     args = ap.parse_args()
     r = asyncio.run(bench(args))
     sweeps = r["sweeps"]
@@ -246,6 +272,8 @@ def main() -> int:
     print(f"watchdog: {args.runs} local runs + {args.ssh_runs} in {args.cts} CTs on {args.hosts} sshd hosts, every "
           f"{args.every:g} s, for {r['wall']:.0f} s, {os.cpu_count()} CPUs, logs {args.log_kib} KiB, gpu_samples 1, no nvidia-smi")
     print(f"sweeps: {len(sweeps)} · p50 {p50:.2f} s · p99 {p99:.2f} s · all: {' '.join(f'{s:.1f}' for s in sweeps)}")
+    print(f"runs probed per sweep: {' '.join(map(str, r['looked']))} · carried over (cut): {' '.join(map(str, r['carried']))} "
+          f"(silence_after {args.silence_after})")
     print(f"CPU, share of one core: bot process {bot_share:.1%} · probes (bash, ssh, sshd and their children) {probe_share:.1%}")
     print(f"per run per sweep: bot {r['self_cpu'] / len(sweeps) / total * 1000:.1f} ms · "
           f"probe {r['kids_cpu'] / len(sweeps) / total * 1000:.1f} ms CPU")
@@ -254,7 +282,7 @@ def main() -> int:
     print(f"event-loop lag (a 50 ms sleeper, what a Slack ack waits): p50 {statistics.median(r['lags']) * 1000:.0f} ms · "
           f"p99 {pct(r['lags'], 0.99) * 1000:.0f} ms · max {max(r['lags']) * 1000:.0f} ms; while the questions were "
           f"answered: p99 {pct(ask_lags, 0.99) * 1000:.0f} ms")
-    print(f"{len(r['asks'])} questions during sweeps: answer p50 {statistics.median(asks) * 1000:.0f} ms · "
+    print(f"{len(r['asks'])} questions during sweeps ({'all at once' if not args.ask_spread else f'over {args.ask_spread:g} s'}): answer p50 {statistics.median(asks) * 1000:.0f} ms · "
           f"p99 {pct(asks, 0.99) * 1000:.0f} ms")
     print(f"peak RSS {r['rss_mb']:.0f} MB · messages: {r['posts']} posts, {r['updates']} edits · states {r['statuses']}")
     print("probe CPU by section (ms per call, one bash each for 'bash start' and 'whole probe'):")
@@ -265,6 +293,8 @@ def main() -> int:
           f"(the bot itself: {bot_share:.1%}; with its probes: {bot_share + probe_share:.1%})")
     costs = {name.split()[0]: ms for name, ms in r["costs"]}
     print(f"RESULT runs={total} local={args.runs} ssh={args.ssh_runs} cts={args.cts} every_s={args.every:g} "
+          f"silence_after={args.silence_after} ask_spread_s={args.ask_spread:g} settle_s={args.settle:g} "
+          f"looked_p50={statistics.median(r['looked']):.0f} carried_max={max(r['carried'])} "
           f"sweeps={len(sweeps)} sweep_p50_s={p50:.2f} sweep_p99_s={p99:.2f} "
           f"bot_cpu_pct={bot_share * 100:.1f} probe_cpu_pct={probe_share * 100:.1f} rss_mb={r['rss_mb']:.0f} "
           f"judge_ms={r['judge_s'] / len(sweeps) / total * 1000:.2f} loop_lag_p99_ms={pct(r['lags'], 0.99) * 1000:.0f} "

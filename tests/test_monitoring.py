@@ -131,9 +131,10 @@ def test_serve_exports_metrics_and_pings_the_heartbeat(tmp_path, stub, checker):
             stub.wait_for(lambda: checker.kinds().count("success") >= 2 or proc.poll() is not None, timeout=60)
             assert proc.poll() is None, proc.communicate()
             stub.wait_for(lambda: stub.posts("chat.postMessage"), timeout=30)  # eagle's "log not found" alert
-            # The sweeps after it see the outbox empty again.
-            families = stub.wait_for(lambda: (f := scrape(metrics_port)) and value(f, "runbot_outbox_messages") == 0 and f,
-                                     timeout=30)
+            # The sweeps after it see the outbox empty again; eagle (not ok) is looked at every sweep, dflash (steady,
+            # silence_after 1h) rests between looks (bot.core.cadence): 4 probes take a sweep more than 2 x 2.
+            families = stub.wait_for(lambda: (f := scrape(metrics_port)) and value(f, "runbot_outbox_messages") == 0
+                                     and (value(f, "runbot_probes_total", outcome="ok") or 0) >= 4 and f, timeout=30)
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/healthz", timeout=10) as answer:
                 health = json.loads(answer.read())  # what the container's HEALTHCHECK asks (docs/deploy/Dockerfile)
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import secrets
@@ -50,25 +51,35 @@ def verdicts_from_output(runs: Sequence[CheckableRun], result: RunResult, nonce:
     """A group probe's verdicts, one per run in order: a failed round trip fails them all, anything else is
     each run's own (one unreadable log, one run the probe never reached, does not fail its neighbours).
     `learned`: each run's format as earlier looks learned it (bot.core.learned)."""
+    return [part() for part in verdict_parts(runs, result, nonce, previous, later=later, histories=histories,
+                                             learned=learned)]
+
+
+def verdict_parts(runs: Sequence[CheckableRun], result: RunResult, nonce: str,
+                  previous: Mapping[str, Verdict] | None = None, *, later: float = 0.0,
+                  histories: Mapping[str, Sequence[Point]] | None = None,
+                  learned: Mapping[str, Learned] | None = None) -> list[Callable[[], Verdict]]:
+    """verdicts_from_output's work, one call per run (the output split already): a parse queue can put a
+    person's parse between two runs of a sweep's group."""
     if result.failure:
-        return [unreachable(run, result.failure, result.failure_kind) for run in runs]
+        return [functools.partial(unreachable, run, result.failure, result.failure_kind) for run in runs]
     if result.truncated:  # more than an honest probe prints: what came back cannot be trusted to be the probe's
         why = (f"the probe's answer passed {hz.size(output_bound(len(runs)))} and was cut "
                "(does the container's bash or ps print more than asked?)")
-        return [unreachable(run, why, "probe") for run in runs]
+        return [functools.partial(unreachable, run, why, "probe") for run in runs]
     previous, histories, learned = previous or {}, histories or {}, learned or {}
-    out = []
-    for run, sections in zip(runs, split_runs(result.stdout, nonce, len(runs))):
+
+    def one(run: CheckableRun, sections) -> Verdict:
         sections = moved_on(sections, later)
         if "meta" not in sections.parts:
             err = result.stderr.decode("utf-8", "replace").strip().splitlines()
             why = err[-1] if err else f"exit status {result.exit_status}"
-            out.append(unreachable(run, f"the probe did not run: {why[:200]}", "probe"))
-            continue
+            return unreachable(run, f"the probe did not run: {why[:200]}", "probe")
         custom = compile_step_pattern(run.step_pattern) if run.step_pattern else None
         evidence = read_evidence(sections, run.log, custom, learned.get(run.name))
-        out.append(diagnose(evidence, run, previous=previous.get(run.name), history=histories.get(run.name, ())))
-    return out
+        return diagnose(evidence, run, previous=previous.get(run.name), history=histories.get(run.name, ()))
+
+    return [functools.partial(one, run, sections) for run, sections in zip(runs, split_runs(result.stdout, nonce, len(runs)))]
 
 
 async def check(
@@ -146,8 +157,9 @@ async def check_group_within(
     try:
         result = await asyncio.wait_for(runner_for(runs[0]).run(build_group_script(runs, nonce), timeout=timeout,
                                                                 limit=output_bound(len(runs))), timeout + PROBE_GRACE_S)
-        return await _off_loop(parser, lambda: verdicts_from_output(runs, result, nonce, previous, histories=histories,
-                                                                    learned=learned))
+        parts = await _off_loop(parser, lambda: verdict_parts(runs, result, nonce, previous, histories=histories,
+                                                              learned=learned))
+        return [await _off_loop(parser, part) for part in parts]  # one run at a time: a question's parse may go between
     except asyncio.TimeoutError:
         why, kind = f"the probe of {len(runs)} runs gave no answer within {timeout + PROBE_GRACE_S:g} s", "timeout"
     except Exception as exc:  # noqa: BLE001 - said in the verdicts, logged for us

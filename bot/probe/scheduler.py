@@ -1,8 +1,9 @@
 """The one probe scheduler: every probe — a /run command, a button, a CLI call, a watchdog sweep — goes through it.
 
 It applies the caps once (per host, then overall), serves a person's question before a sweep's
-routine look, lets concurrent questions about a run share one probe, bounds how long a question
-waits for its turn, and adds what each probe saw to the runs' memory.
+routine look — its turn at the gates and its parse —, lets concurrent questions about a run share one
+probe, bounds how long a question (or a sweep's look) waits for its turn, and adds what each probe saw
+to the runs' memory.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import asyncio
 import contextlib
 import enum
 import math
+import itertools
 import os
+import queue
+import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -39,6 +43,10 @@ ASK_RESERVED = 1  # slots of each host's gate only a person's question may take
 # 20 runs are then a probe of each run every few seconds, not one per command. Short enough that
 # "4 s ago" is still true.
 FRESH_S = 3.0
+BUSY = "busy"  # a verdict's failure_kind when no probe was made: the turn did not come in time
+# A question keeps its run on the watchdog's every-sweep cadence this long (bot.core.cadence.Why.ASKED):
+# someone looking at a run is a reason to look at it too.
+ASKED_RECENTLY_S = 600.0
 # Runs of one container probed by one script at most: the script reads their logs one after another
 # (~10-30 ms each), so a batch answers within a second, and a slow log delays at most its batch.
 GROUP_MAX = 16
@@ -122,6 +130,55 @@ class FairGate:
             self.release()
 
 
+def not_probed(verdict: Verdict) -> bool:
+    """Was this no probe at all (its turn did not come in time)? Such a verdict says nothing about the run."""
+    return verdict.failure_kind == BUSY
+
+
+class ParseQueue:
+    """One parse thread for everyone, a person's work first. Parsing is CPU under one GIL: a second thread adds no
+    throughput, it only shares the CPU between a sweep and a question; one thread that always takes the most
+    urgent work next makes a sweep's parsing wait while a question's runs. The checkup hands in a group probe's
+    parse one run at a time, so a question waits at most one run's parse (~30 ms), never a sweep's remaining work."""
+
+    def __init__(self) -> None:
+        self._work: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()  # arrival order within a priority
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+
+    def lane(self, priority: Priority) -> Executor:
+        """An Executor whose work goes into this queue at `priority` (what run_in_executor is given)."""
+        return _Lane(self, priority)
+
+    def submit(self, priority: Priority, fn: Callable[..., T], *args: Any) -> Future:
+        future: Future = Future()
+        self._work.put((-priority, next(self._order), future, fn, args))
+        with self._start:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="parse", daemon=True)
+                self._thread.start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            _, _, future, fn, args = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits it
+                future.set_exception(exc)
+
+
+class _Lane(Executor):
+    def __init__(self, parse: ParseQueue, priority: Priority) -> None:
+        self.parse, self.priority = parse, priority
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        return self.parse.submit(self.priority, (lambda: fn(*args, **kwargs)) if kwargs else fn, *args)
+
+
 class Shared(Generic[K, T]):
     """One call per key at a time: whoever asks while it runs, or within `fresh` seconds of its answer, gets that
     answer. `keep` says which answers may be handed out again (a "busy" answer was no probe at all)."""
@@ -163,16 +220,31 @@ class Scheduler:
         self.group_max = GROUP_MAX  # runs one probe reads at most (1: each run its own probe, as canned runners need)
         # A slot of each kept for people (two overall): a question starts at once, even mid-sweep.
         self.overall = FairGate(probes_at_once, reserved=ASK_RESERVED + 1)
-        self.hosts = {name: FairGate(h.max_channels, reserved=ASK_RESERVED) for name, h in registry.hosts.items()}
-        self.hosts[LOCAL] = FairGate(local_probes, reserved=ASK_RESERVED)
+        # A sweep never holds more of a host's slots than it may run probes overall: more would only be slots held
+        # while waiting for an overall turn, kept from people asking about that host (500 local runs: 15 of
+        # the 16 local slots were held, 9 of them waiting, and 50 questions went through the one left).
+        sweeping = self.overall.capacity - self.overall.reserved
+        self.hosts = {name: self._host_gate(h.max_channels, sweeping) for name, h in registry.hosts.items()}
+        self.hosts[LOCAL] = self._host_gate(local_probes, sweeping)
         # Parsing is CPU under one GIL: more threads add no throughput, only starve the event loop (its lag
-        # p99 was ~200 ms with the default pool mid-sweep). One thread for questions, one for sweeps.
-        self._parsers = {p: ThreadPoolExecutor(1, thread_name_prefix=f"parse-{p.name.lower()}") for p in Priority}
+        # p99 was ~200 ms with the default pool mid-sweep). One thread, questions first (ParseQueue).
+        self.parse = ParseQueue()
+        self._parsers = {p: self.parse.lane(p) for p in Priority}
         # Questions share probes: of a run by its name ("busy" was no probe: never handed out again), of a host by
         # what was asked of it.
-        self.answers: Shared[str, Verdict] = Shared(clock, keep=lambda v: v.failure_kind != "busy")
+        self.answers: Shared[str, Verdict] = Shared(clock, keep=lambda v: not not_probed(v))
         self.host_answers: Shared[tuple[str, bool, str], HostView] = Shared(clock)
         self.probed = 0
+        self._asked: dict[str, float] = {}  # run -> clock() of the last question about it
+
+    @staticmethod
+    def _host_gate(capacity: int, sweeping: int) -> FairGate:
+        return FairGate(capacity, reserved=max(ASK_RESERVED, capacity - sweeping))
+
+    def asked_lately(self, run_name: str) -> bool:
+        """Did a person ask about this run within ASKED_RECENTLY_S?"""
+        at = self._asked.get(run_name)
+        return at is not None and self.clock() - at < ASKED_RECENTLY_S
 
     async def check(self, run: Run, *, previous: Verdict | None = None, priority: Priority = Priority.ASK,
                     wait: float | None = None) -> Verdict:
@@ -183,42 +255,62 @@ class Scheduler:
         twenty). A caller with a `previous` verdict (the watchdog) always gets a probe of its own: its
         diagnosis reads what changed since. `wait`: how long a question waits for a turn before the answer
         says runbot is busy (None: the run's probe timeout; math.inf: as long as it takes, for a list of
-        every run); a sweep always waits its turn.
+        every run); a sweep waits as long as it takes, unless given a `wait` (then, past it, the same "busy"
+        verdict, which not_probed() tells apart: the watchdog carries that run over to its next sweep).
         """
+        if priority is Priority.ASK and wait != math.inf:  # a list of every run is no worry about any one of them
+            self._asked[run.name] = self.clock()
         if previous is not None or priority is Priority.SWEEP:
             return await self._probe(run, previous, priority, wait)
         return await self.answers.get(run.name, lambda: self._probe(run, None, priority, wait))
 
-    async def _probe(self, run: Run, previous: Verdict | None, priority: Priority, wait: float | None) -> Verdict:
-        timeout = self.registry.bot.probe_timeout
-        limit = (timeout if wait is None else wait) if priority is Priority.ASK else math.inf
-        limit = None if math.isinf(limit) else limit
-        host = self.hosts.get(run.host, self.hosts[LOCAL])
-        started = self.clock()
+    def _limit(self, priority: Priority, wait: float | None) -> float | None:
+        """How long a turn may take: a question's `wait` (None: the probe timeout), a sweep's (None: no limit)."""
+        limit = wait if wait is not None else self.registry.bot.probe_timeout if priority is Priority.ASK else math.inf
+        return None if math.isinf(limit) else limit
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, host_name: str, priority: Priority, limit: float | None) -> AsyncIterator[FairGate | None]:
+        """Both gates, the host's first, then the overall one (a probe waiting on a busy host holds no overall slot
+        that probes of idle hosts could use). Yields None while holding both, or the gate whose turn did not come
+        within `limit` seconds (holding neither)."""
+        host = self.hosts.get(host_name, self.hosts[LOCAL])
+        started, missed = self.clock(), None
         try:
-            # The host's turn first, then the overall one: a probe waiting on a busy host holds no overall
-            # slot that probes of idle hosts could use.
             async with asyncio.timeout(limit):
                 await host.acquire(priority)
         except TimeoutError:
-            return self._busy(run, started, host)
+            missed = host
+        if missed is not None:
+            yield missed
+            return
         try:
             try:
                 remaining = None if limit is None else max(0.0, limit - (self.clock() - started))
                 async with asyncio.timeout(remaining):
                     await self.overall.acquire(priority)
             except TimeoutError:
-                return self._busy(run, started, self.overall)
+                missed = self.overall
+            if missed is not None:
+                yield missed
+                return
             try:
-                self.probed += 1
-                memory = self.history.recent(run.name) if self.history is not None else ()
-                verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
-                                             history=memory, save_probe=self.save_probe, parser=self._parsers[priority],
-                                             learned=self._learned(run.name, previous))
+                yield None
             finally:
                 self.overall.release()
         finally:
             host.release()
+
+    async def _probe(self, run: Run, previous: Verdict | None, priority: Priority, wait: float | None) -> Verdict:
+        timeout, started = self.registry.bot.probe_timeout, self.clock()
+        async with self._turn(run.host, priority, self._limit(priority, wait)) as missed:
+            if missed is not None:
+                return self._busy(run, started, missed)
+            self.probed += 1
+            memory = self.history.recent(run.name) if self.history is not None else ()
+            verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
+                                         history=memory, save_probe=self.save_probe, parser=self._parsers[priority],
+                                         learned=self._learned(run.name, previous))
         if self.history is not None:
             self.history.record(run.name, verdict)
         return verdict
@@ -231,13 +323,15 @@ class Scheduler:
         return previous.learned if previous is not None else None
 
     async def check_group(self, runs: Sequence[Run], previous: Mapping[str, Verdict], *,
-                          priority: Priority = Priority.SWEEP) -> list[Verdict]:
+                          priority: Priority = Priority.SWEEP, wait: float | None = None) -> list[Verdict]:
         """Runs that share a container (or a host) probed in one round trip, one channel and one turn; their
-        verdicts in order. One run goes the single-run way (check)."""
+        verdicts in order. One run goes the single-run way (check). `wait`: as in check()."""
         if len(runs) == 1:
-            return [await self.check(runs[0], previous=previous.get(runs[0].name), priority=priority)]
-        host = self.hosts.get(runs[0].host, self.hosts[LOCAL])
-        async with host.slot(priority), self.overall.slot(priority):
+            return [await self.check(runs[0], previous=previous.get(runs[0].name), priority=priority, wait=wait)]
+        started = self.clock()
+        async with self._turn(runs[0].host, priority, self._limit(priority, wait)) as missed:
+            if missed is not None:
+                return [self._busy(run, started, missed) for run in runs]
             self.probed += 1
             memory = {r.name: self.history.recent(r.name) for r in runs} if self.history is not None else {}
             taught = {r.name: t for r in runs if (t := self._learned(r.name, previous.get(r.name))) is not None}
@@ -279,4 +373,4 @@ class Scheduler:
     def _busy(self, run: Run, started: float, gate: FairGate) -> Verdict:
         where = "" if gate is self.overall else " on this machine" if run.host == LOCAL else f" on {run.host}"
         return unreachable(run, f"not probed: runbot waited {self.clock() - started:.0f} s for a turn "
-                                f"({gate.busy} probes running{where}, {gate.queued} waiting)", "busy")
+                                f"({gate.busy} probes running{where}, {gate.queued} waiting)", BUSY)

@@ -1,4 +1,4 @@
-"""The watchdog: APScheduler sweeps probe every run, the alert machine decides, the outbox delivers (shell)."""
+"""The watchdog: APScheduler sweeps probe each run when its look is due, the alert machine decides, the outbox delivers (shell)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import asyncio
 import logging
 import math
 import time
-from collections import defaultdict
+import zlib
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, tzinfo
@@ -14,13 +15,14 @@ from typing import Any
 
 from bot.core import alerts, digest
 from bot.render import alerts as render_alerts
-from bot.core.alerts import Policy, Post, RunState, Seen, Update
+from bot.core.alerts import Policy, Post, RunState, Seen, Status, Update
+from bot.core.cadence import Look, Why, due, next_look
 from bot.service.chat import Chat, ChatError, SlackChat
-from bot.probe.scheduler import Priority, Scheduler, batches
+from bot.probe.scheduler import Priority, Scheduler, batches, not_probed
 from bot.core.budget import RESERVED, Bucket
 from bot.core.digest import digest_key, is_digest_key
 from bot.core.ledger import Outgoing, Pending, Watch
-from bot.core.outages import HOST_GROUP_MIN, HostRun, answering, host_key, is_host_key, outage
+from bot.core.outages import HOST_FAILURES, HOST_GROUP_MIN, HostRun, answering, host_key, is_host_key, outage
 from bot.service.state_file import StateFile
 from bot.core.verdict import Concern, Verdict, Worry
 from bot.service.history import History
@@ -39,6 +41,10 @@ RETRY_AFTER_CAP_S = 30.0
 # A sweep's non-urgent news waits at most this long for the sweep's other probes to be judged, so that a
 # storm (many runs of one channel changing together) is seen whole, not after its first few were posted.
 STORM_HOLD_S = 2.0
+# A cut sweep waits this much longer for the probes whose turn did not come to say so: their deadline is its own,
+# and the report then counts them as carried over, not as still out.
+CUT_GRACE_S = 0.05
+LIVE = (Status.OPEN, Status.RECOVERING)  # an incident's states in which a run is looked at every sweep
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,9 @@ class SweepReport:
     queued: int  # messages this sweep decided
     waiting: int  # runs with messages still waiting for Slack afterwards
     outbox: int = 0  # messages still waiting for Slack afterwards (the metrics' outbox depth)
+    resting: int = 0  # runs whose next look was not due (bot.core.cadence)
+    carried: int = 0  # runs due whose turn did not come before the sweep's end: first in line next sweep
+    skipped: bool = False  # the sweep before was still running: this one did nothing
 
 
 class _Round:
@@ -91,6 +100,12 @@ class Watchdog:
         self.verdicts: dict[str, Verdict] = {}  # the latest, for the parent's evidence and "since last check"
         self.scheduler = None
         self._inflight: dict[str, asyncio.Task] = {}
+        # Each run's next look (memory only: after a restart every run is looked at once); hosts whose runs did
+        # not answer as an up host's do (all their runs are looked at next sweep: an outage is told whole).
+        self.looks: dict[str, Look] = {}
+        self._host_trouble: set[str] = set()
+        self._sweeping = False
+        self._carried = 0
         self._sending: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._slack_down = False  # this sweep: Slack failed, send no more until the next
         self._quiet_until = 0.0  # the bot's clock: Slack asked for quiet (a 429) until then
@@ -142,46 +157,94 @@ class Watchdog:
     # --- sweeps -------------------------------------------------------------------------------
 
     async def sweep(self, wait: float | None = None) -> SweepReport:
-        """Probe every run at once; judge each as its probe comes back, so a slow host delays only itself.
+        """Probe every run whose look is due (bot.core.cadence), all at once; judge each as its probe comes back,
+        so a slow host delays only itself.
 
-        Returns after `wait` seconds even if some probes are still out (they finish on their own,
-        and the next sweep skips their runs); None waits for all."""
+        Returns after `wait` seconds even if some probes are still out (they finish on their own, and the next
+        sweep skips their runs); None waits for all. A probe whose turn has not come by then is not made: its
+        run stays due, the most overdue first next sweep, so an overrunning sweep is cut into the next one rather
+        than stacking behind it. Never two at once: one called while another runs does nothing."""
+        if self._sweeping:
+            log.warning("sweep: the one before is still running; this one does nothing")
+            return SweepReport(0.0, 0, tuple(self._inflight_names()), 0, len(self._backlog), len(self.ledger.pending()),
+                               skipped=True)
+        self._sweeping = True
+        try:
+            return await self._sweep(wait)
+        finally:
+            self._sweeping = False
+
+    async def _sweep(self, wait: float | None) -> SweepReport:
         started = time.perf_counter()
         self.observer.sweep_started()
         self._slack_down = False
-        queued_before = self._queued
+        queued_before, self._carried = self._queued, 0
         launched, busy = [], []
         held = self._sit_out()  # refused for certain lately: not tried this sweep
         tried: set[str] = set()  # delivered by their own probe's task: not tried twice
         probed = 0
+        now = self.clock()
+        due_runs = self._due(now)
         groups = []
-        for host, runs in self._groups():
+        for host, runs in self._groups(due_runs):
             if any((t := self._inflight.get(r.name)) is not None and not t.done() for r in runs):
                 busy += [r.name for r in runs]
             else:
                 groups.append((host, runs))
         round_ = _Round(len(groups), STORM_HOLD_S)
         for host, runs in groups:
-            task = asyncio.create_task(self._sweep_group(host, runs, tried, held, round_), name=f"probe:{host or runs[0].name}")
+            task = asyncio.create_task(self._sweep_group(host, runs, tried, held, round_, now, wait),
+                                       name=f"probe:{host or runs[0].name}")
             for run in runs:
                 self._inflight[run.name] = task
             launched.append(task)
             probed += len(runs)
         if launched:
-            await asyncio.wait(launched, timeout=wait)
+            _, out = await asyncio.wait(launched, timeout=wait)
+            if out:  # the cut: a moment for the probes whose turn did not come (the same deadline) to say so
+                await asyncio.wait(out, timeout=CUT_GRACE_S)
         # Runs whose earlier messages still wait and that no probe task delivered (its judging failed,
         # the run left the configuration, Slack's budget ran out): the most important first.
         waiting = self._backlog - set(self._inflight_names()) - tried - held
         for run in sorted(waiting, key=self._urgency, reverse=True):
             await self._deliver_or_log(run)
         await self.state_file.flush()  # the sweep's points (those of probes still out go with the next)
-        report = SweepReport(time.perf_counter() - started, probed, tuple(busy),
-                             self._queued - queued_before, len(self._backlog), len(self.ledger.pending()))
+        report = SweepReport(time.perf_counter() - started, probed - self._carried, tuple(busy),
+                             self._queued - queued_before, len(self._backlog), len(self.ledger.pending()),
+                             resting=len(self.registry.runs) - len(due_runs), carried=self._carried)
         self.observer.sweep_finished(report)
-        log.info("sweep: %d runs in %.2f s · %d messages queued · %d runs with messages waiting%s",
-                 report.probed, report.seconds, report.queued, report.waiting,
+        log.info("sweep: %d runs in %.2f s (%d not due, %d carried over) · %d messages queued · %d runs with messages "
+                 "waiting%s", report.probed, report.seconds, report.resting, report.carried, report.queued, report.waiting,
                  f" · still probing {', '.join(busy)}" if busy else "")
         return report
+
+    def _due(self, now: float) -> list[Run]:
+        """The runs this sweep looks at, the most overdue first (a run a cut sweep did not reach heads the line)."""
+        every = self.registry.bot.check_every
+        runs = [r for r in self.registry.runs.values()
+                if self._attention(r) is not None or due(self.looks.get(r.name), now, every)]
+        return sorted(runs, key=lambda r: self.looks[r.name].at if r.name in self.looks else -math.inf)
+
+    def _attention(self, run: Run) -> Why | None:
+        """A reason the watchdog knows to look at a run every sweep, whatever its last verdict said."""
+        state = self.states.get(run.name)
+        if state is not None and (state.status in LIVE or state.streaks or state.flapping):
+            return Why.INCIDENT
+        if run.name in self._trails:
+            return Why.WATCHED
+        if self.probes.asked_lately(run.name):
+            return Why.ASKED
+        host = self.states.get(host_key(run.host))
+        if run.host in self._host_trouble or (host is not None and host.status in LIVE):
+            return Why.HOST
+        return None
+
+    def _looked(self, run: Run, verdict: Verdict, began: float) -> None:
+        # The first look after the bot's start is followed at a share of the steady gap fixed by the run's name: a
+        # fleet first seen in one sweep is then due over all the gap's sweeps, not all in one every so often.
+        spread = (zlib.crc32(run.name.encode()) % 1000 + 1) / 1000 if run.name not in self.looks else 1.0
+        self.looks[run.name] = next_look(verdict, began, run.silence_after, self.registry.bot.check_every,
+                                         attention=self._attention(run), spread=spread)
 
     def _inflight_names(self) -> list[str]:
         return [name for name, task in self._inflight.items() if not task.done()]
@@ -204,26 +267,28 @@ class Watchdog:
         self._refused[run_name] = [count, skip]
         return skip
 
-    def _groups(self) -> list[tuple[str | None, list[Run]]]:
-        """The runs of each SSH host with several runs together (their outage is one incident); every
+    def _groups(self, due_runs: list[Run]) -> list[tuple[str | None, list[Run]]]:
+        """The due runs of each SSH host with several runs together (their outage is one incident); every
         other run with those of its container (or host) it is probed with, judged as soon as that probe is back."""
         by_host: dict[str, list[Run]] = defaultdict(list)
-        for run in self.registry.runs.values():
+        for run in due_runs:
             by_host[run.host].append(run)
+        many = {host for host, n in Counter(r.host for r in self.registry.runs.values()).items() if n >= HOST_GROUP_MIN}
         groups: list[tuple[str | None, list[Run]]] = []
         for host, runs in by_host.items():
-            if host in self.registry.hosts and len(runs) >= HOST_GROUP_MIN:
+            if host in self.registry.hosts and host in many:
                 groups.append((host, runs))
             else:
                 groups += [(None, batch) for batch in batches(runs, self.probes.group_max)]
         return groups
 
-    async def _probe_all(self, runs: list[Run]) -> list[Verdict]:
-        """Every run's verdict, in order: one probe per batch of runs sharing a container, all at once."""
+    async def _probe_all(self, runs: list[Run], wait: float | None = None) -> list[Verdict]:
+        """Every run's verdict, in order: one probe per batch of runs sharing a container, all at once (a batch
+        whose turn does not come within `wait`: not_probed verdicts)."""
         found: dict[str, Verdict] = {}
 
         async def one(batch: list[Run]) -> None:
-            for run, verdict in zip(batch, await self.probes.check_group(batch, self.verdicts)):
+            for run, verdict in zip(batch, await self.probes.check_group(batch, self.verdicts, wait=wait)):
                 found[run.name] = verdict
 
         await asyncio.gather(*(one(batch) for batch in batches(runs, self.probes.group_max)))
@@ -233,15 +298,23 @@ class Watchdog:
         return max((row.priority for row in self.ledger.pending(run_name)), default=0)
 
     async def _sweep_group(self, host: str | None, runs: list[Run], tried: set[str], held: set[str],
-                           round_: _Round) -> None:
+                           round_: _Round, began: float, wait: float | None) -> None:
         try:
             try:
-                verdicts = await self._probe_all(runs)
-                down = outage(host, verdicts) if host is not None else None
-                if host is not None:
-                    self.judge(self._host_run(host, runs), down or answering(host, verdicts))
-                for run, verdict in zip(runs, verdicts):
+                verdicts = await self._probe_all(runs, wait)
+                reached = [(r, v) for r, v in zip(runs, verdicts) if not not_probed(v)]
+                self._carried += len(runs) - len(reached)  # their looks stay due: first in line next sweep
+                seen = [v for _, v in reached]
+                down = outage(host, seen) if host is not None else None
+                if host is not None and seen:
+                    self.judge(self._host_run(host, runs), down or answering(host, seen))
+                    if any(not v.reached and v.failure_kind in HOST_FAILURES for v in seen):
+                        self._host_trouble.add(host)  # every run of it looked at next sweep: its outage seen whole
+                    else:
+                        self._host_trouble.discard(host)
+                for run, verdict in reached:
                     self.judge(run, verdict, held=down is not None)
+                    self._looked(run, verdict, began)
             finally:
                 round_.judged()
             # The decisions on disk before anything is sent (if the disk allows); points alone wait for the
