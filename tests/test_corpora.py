@@ -2,7 +2,7 @@
 engineer needs (tests/fixtures/public/README.md). Three corpora: `public` (the development set), `heldout`
 (round 2: expectations written blind, 27/41 right at first sight, 65.9 %) and `round3` (round 3: blind,
 49/79 at first sight, 62.0 %; docs/diagnosis-corpus.md). Each guards what its misses taught since; `round4`
-(63/113 at first sight, 55.8 %) and `round5` (56/76, 73.7 %) are held to their current scores while their
+(63/113 at first sight, 55.8 %) and `round5` (55/75, 73.3 %) are held to their current scores while their
 lessons are learned.
 Prints each figure; holds runbot to it."""
 
@@ -23,10 +23,10 @@ BARS = {"public": (20, 0.95), "heldout": (8, 0.95), "round3": (20, 0.95)}
 # name: (folder, its moments, the fewest hung moments it must hold)
 CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, (hung, _) in BARS.items()}
 # A round whose lessons are still being learned: held near what it scores now (round 4: 63/113 at first sight,
-# 78 after its lessons so far; round 5: 56/76 at first sight, 63 after; docs/diagnosis-corpus.md), with room for
+# 78 after its lessons so far; round 5: 55/75 at first sight, 62 after; docs/diagnosis-corpus.md), with room for
 # the odd moment a loaded machine's timing moves, so that no change makes it worse; it joins BARS once its lessons
 # are in.
-LEARNING = {"round4": 75, "round5": 61}
+LEARNING = {"round4": 75, "round5": 60}
 
 
 @pytest.fixture(scope="module", params=list(CORPORA))
