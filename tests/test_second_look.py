@@ -11,7 +11,8 @@ import pytest
 
 from bot.core.diagnose import diagnose
 from bot.core.evidence import read_evidence
-from bot.core.learned import CounterRule, Learned, Sighting, from_record, learn, learn_counter, news_line, stood_for, to_record
+from bot.core import state_rows as rows
+from bot.core.learned import CounterRule, Learned, Sighting, learn, learn_counter, news_line, stood_for, to_record
 from bot.core.progress import clean
 from bot.core.sections import Sections
 from bot.core.verdict import Level, Phase
@@ -107,11 +108,11 @@ def test_heartbeats_are_not_news_and_a_retry_loop_is_the_same_news_at_the_next_l
 def test_a_learned_format_survives_its_json_and_odd_records_are_refused():
     learned = Learned(inode=3, size=99, counter=CounterRule("[#] l:#", 0),
                       sightings=(sight("[#] l:#", 5, 0.5),), news="x", news_since=1.5)
-    assert from_record(json.loads(json.dumps(to_record(learned)))) == learned
+    assert rows.learned(json.dumps(to_record(learned))) == learned
     for spoil in ({"size": -1}, {"size": 1.5}, {"counter": ["t", "0"]}, {"news": 7}, {"news_since": "soon"},
                   {"sightings": [["t", [float("nan")], [], True]]}, {"sightings": [["t", [1.0], [0], "yes"]]}):
         with pytest.raises((ValueError, TypeError, KeyError, IndexError)):
-            from_record({**to_record(learned), **spoil})
+            rows.learned(json.dumps({**to_record(learned), **spoil}))
 
 
 # --- sequences in a format read badly at first sight ----------------------------------------------------

@@ -122,45 +122,9 @@ def stood_for(learned: Learned | None, news: str, now: float | None) -> float | 
 # --- kept in the state file -------------------------------------------------------------------------
 
 def to_record(learned: Learned) -> dict:
-    """A plain mapping for JSON (a few KiB at most: bounded templates, MAX_SIGHTINGS of them)."""
+    """A plain mapping for JSON (a few KiB at most: bounded templates, MAX_SIGHTINGS of them); read back, typed,
+    by bot.core.state_rows.learned."""
     return {"inode": learned.inode, "size": learned.size,
             "counter": [learned.counter.template, learned.counter.field] if learned.counter else None,
             "sightings": [[s.template, list(s.values), list(s.countable), s.measured] for s in learned.sightings],
             "news": learned.news, "news_since": learned.news_since}
-
-
-def from_record(r: dict) -> Learned:
-    """The inverse of to_record; anything runbot could not have written raises ValueError or TypeError."""
-    def whole(v, low=0):
-        if type(v) is not int or v < low:
-            raise ValueError(f"not a whole number: {v!r:.40}")
-        return v
-
-    def real(v):
-        if type(v) not in (int, float) or v != v or abs(v) == float("inf"):
-            raise ValueError(f"not a number: {v!r:.40}")
-        return float(v)
-
-    def text(v, most):
-        if type(v) is not str or len(v) > most:
-            raise ValueError(f"not text: {type(v).__name__}")
-        return v
-
-    counter = r["counter"]
-    sightings = r["sightings"]
-    if type(sightings) is not list or len(sightings) > MAX_SIGHTINGS:
-        raise ValueError("not a list of sightings")
-    return Learned(
-        inode=None if r["inode"] is None else whole(r["inode"]),
-        size=whole(r["size"]),
-        counter=None if counter is None else CounterRule(text(counter[0], MAX_TEMPLATE), whole(counter[1])),
-        sightings=tuple(Sighting(text(t, MAX_TEMPLATE), tuple(real(v) for v in values), tuple(whole(i) for i in countable),
-                                 bool(measured) if type(measured) is bool else _refuse(measured))
-                        for t, values, countable, measured in sightings),
-        news=text(r["news"], MAX_NEWS),
-        news_since=None if r["news_since"] is None else real(r["news_since"]),
-    )
-
-
-def _refuse(v):
-    raise ValueError(f"not true or false: {v!r:.40}")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from bot.core.alerts import RunState, Status
 from bot.core.history import MAX_COUNT, Point, RoleLoad, Tally, finite
-from bot.core.learned import Learned, from_record
+from bot.core.learned import MAX_SIGHTINGS, CounterRule, Learned, Sighting
 from bot.core.ledger import OPS, Incident, Message, Watch
 from bot.core.verdict import Concern, Level, Phase
 
@@ -23,6 +23,7 @@ from bot.core.verdict import Concern, Level, Phase
 PHASES = tuple(Phase)
 MAX_CLOCK = 253_402_300_799  # 9999-12-31T23:59:59Z: a later time cannot be shown as a date
 MAX_ID = 2**63 - 1  # SQLite's largest integer: a row id, a word's
+MAX_INODE = (1 << 64) - 1  # inodes and file sizes: what stat can say
 MAX_TEXT = 1 << 20  # runbot's largest cell is an outbox payload of a few KB; a MiB is someone else's
 Row = Mapping[str, Any]
 T = TypeVar("T")
@@ -135,8 +136,21 @@ def tally(r: Row) -> Tally:
 
 @guarded
 def learned(v: Any) -> Learned:
-    """A run's learned format from its JSON (bot.core.learned)."""
-    return from_record(_json(v, dict))
+    """A run's learned format from its JSON (bot.core.learned.to_record's)."""
+    r = _json(v, dict)
+    sightings = r["sightings"]
+    if type(sightings) is not list or len(sightings) > MAX_SIGHTINGS:
+        raise Unreadable("not a list of sightings")
+    counter = r["counter"]
+    return Learned(
+        inode=maybe(lambda x: whole(x, 0, MAX_INODE), r["inode"]),
+        size=whole(r["size"], 0, MAX_INODE),
+        counter=None if counter is None else CounterRule(text(counter[0]), whole(counter[1])),
+        sightings=tuple(Sighting(text(t), tuple(real(x) for x in values), tuple(whole(i) for i in countable), flag(measured))
+                        for t, values, countable, measured in sightings),
+        news=text(r["news"]),
+        news_since=maybe(clock, r["news_since"]),
+    )
 
 
 @guarded
