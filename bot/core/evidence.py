@@ -268,7 +268,7 @@ def _against_counter(bars: Sequence[BarLine], steps: Sequence[Step], lines: Sequ
     for b in bars:
         bar = b.bar
         if bar.role is Role.TRAINING and not bar.desc and not bar.nested and bar.total is not None and bar.total != total:
-            b = replace(b, bar=replace(bar, role=_announced(lines, b.index, bars)))
+            b = replace(b, bar=replace(bar, role=_announcement(lines, b.index, bars)[0]))
         out.append(b)
     return out
 
@@ -291,10 +291,6 @@ def _inner(bars: Sequence[BarLine]) -> list[BarLine]:
 
 # The phases an announcement above a bar hands it, in the markers' own words (one table: bot.core.markers).
 _ANNOUNCED_ROLE = {Mark.LOADING: Role.LOADING, Mark.PREPARING: Role.PREPARING}
-
-
-def _announced(lines: Sequence[str], index: int, bars: Sequence[BarLine]) -> Role:
-    return _announcement(lines, index, bars)[0]
 
 
 def _announcement(lines: Sequence[str], index: int, bars: Sequence[BarLine]) -> tuple[Role, str]:
