@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,12 +14,10 @@ from tests.test_cli import runbot
 pytestmark = pytest.mark.skipif(not have_sshd(), reason=SKIP_REASON)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path):
-    lab = SshLab(tmp_path / "lab")
-    srv = lab.sshd("pve1")
+def ssh_config(tmp_path: Path, lab: SshLab, srv, more: Sequence[tuple[str, int]] = ()) -> tuple[Path, Path]:
+    """runs.toml for the lab's host pve1: run `dflash` in its running CT 200, a real log up to step 10 (no writer
+    yet), and a run per (name, container) in `more` on the same log. Returns (config, log)."""
     srv.set_ct(200, "running")
-    srv.set_ct(201, "stopped")
     log = tmp_path / "train.log"
     real = (REAL_FIXTURES / "train_ok.log").read_bytes()
     log.write_bytes(real[: real.index(b"step=12 ")])
@@ -27,11 +26,17 @@ def cluster(tmp_path: Path):
         f'[hosts.pve1]\naddress = "127.0.0.1"\nport = {srv.port}\nuser = "{lab.user}"\n'
         f'key = "{lab.client_key}"\nknown_hosts = "{lab.known_hosts}"\nconnect_timeout = "5s"\n'
         '[defaults]\ngpu_samples = 1\n'
-        f'[runs.dflash]\nhost = "pve1"\ncontainer = 200\nlog = "{log}"\n'
-        f'[runs.stopped]\nhost = "pve1"\ncontainer = 201\nlog = "{log}"\n'
-        f'[runs.gone]\nhost = "pve1"\ncontainer = 999\nlog = "{log}"\n'
+        + "".join(f'[runs.{name}]\nhost = "pve1"\ncontainer = {ct}\nlog = "{log}"\n' for name, ct in (("dflash", 200), *more))
     )
-    yield config, log
+    return config, log
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    lab = SshLab(tmp_path / "lab")
+    srv = lab.sshd("pve1")
+    srv.set_ct(201, "stopped")
+    yield ssh_config(tmp_path, lab, srv, (("stopped", 201), ("gone", 999)))
     lab.close()
 
 

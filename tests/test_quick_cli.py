@@ -15,6 +15,7 @@ from config.settings import Settings
 from tests.sshd import SKIP_REASON, SshLab, have_sshd
 from tests.standins import REAL_FIXTURES, writer_holding
 from tests.test_cli import runbot
+from tests.test_cli_ssh import ssh_config
 from tests.test_settings import VARIABLES
 
 # What a local run's probe never needs: pydantic (the settings it validated are kept, config.environment), the
@@ -61,16 +62,7 @@ def test_a_local_command_loads_none_of_the_heavy_parts(local, tmp_path, command,
 def test_a_run_over_ssh_still_answers_and_loads_asyncssh_then(tmp_path):
     lab = SshLab(tmp_path / "lab")
     try:
-        srv = lab.sshd("pve1")
-        srv.set_ct(200, "running")
-        log = tmp_path / "train.log"
-        real = (REAL_FIXTURES / "train_ok.log").read_bytes()
-        log.write_bytes(real[: real.index(b"step=12 ")])
-        config = tmp_path / "runs.toml"
-        config.write_text(
-            f'[hosts.pve1]\naddress = "127.0.0.1"\nport = {srv.port}\nuser = "{lab.user}"\n'
-            f'key = "{lab.client_key}"\nknown_hosts = "{lab.known_hosts}"\nconnect_timeout = "5s"\n'
-            f'[defaults]\ngpu_samples = 1\n[runs.dflash]\nhost = "pve1"\ncontainer = 200\nlog = "{log}"\n')
+        config, log = ssh_config(tmp_path, lab, lab.sshd("pve1"))
         env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
         runbot("--config", str(config), "check-config", env=env)
         with writer_holding(log):
