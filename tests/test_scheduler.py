@@ -245,3 +245,41 @@ async def test_a_container_that_does_not_answer_holds_up_only_its_own_batch(tmp_
                                                     scheduler.check_group([runs[2]], {})), 2)
     assert all(a[0].phase is Phase.UNREACHABLE and "stand-in host" in a[0].headline for a in answers)
     stuck.cancel()
+
+
+async def test_every_probe_starts_from_the_format_the_runs_memory_learned(tmp_path, monkeypatch):
+    # A person's question, a sweep's look and a group's look alike: what the run's log taught earlier looks
+    # (bot.core.learned) is passed to the probe's parse.
+    from bot.core.learned import Learned
+    from bot.probe import scheduler as module
+
+    taught = {"s0": Learned(inode=1, size=10), "l0": Learned(inode=2, size=20), "l1": Learned(inode=3, size=30)}
+    seen: list = []
+    single, group = module.check_within, module.check_group_within
+
+    async def spy_one(run, runner_for, **kw):
+        seen.append({run.name: kw["learned"]})
+        return await single(run, runner_for, **kw)
+
+    async def spy_group(runs, runner_for, **kw):
+        seen.append(dict(kw["learned"]))
+        return await group(runs, runner_for, **kw)
+
+    monkeypatch.setattr(module, "check_within", spy_one)
+    monkeypatch.setattr(module, "check_group_within", spy_group)
+
+    class Memory:
+        def recent(self, run):
+            return ()
+
+        def learned(self, run):
+            return taught.get(run)
+
+        def record(self, run, verdict):
+            pass
+
+    reg = registry(tmp_path, ssh_runs=1, local_runs=2)
+    scheduler = Scheduler(reg, Targets(), history=Memory())
+    await scheduler.check(reg.runs["s0"])
+    await scheduler.check_group([reg.runs["l0"], reg.runs["l1"]], {})
+    assert seen == [{"s0": taught["s0"]}, {"l0": taught["l0"], "l1": taught["l1"]}]
