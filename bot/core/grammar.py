@@ -46,8 +46,9 @@ RATE_KEY_PATTERNS = tuple((re.compile(p), unit) for p, unit in (
     (r"^(?:train)?(?:it|iter|iters|step|steps)(?:/s(?:ec)?|pers(?:ec(?:ond)?)?)$", "it/s"),
     (r"^(?:img|imgs|images)(?:/s|pers(?:ec)?)$", "img/s"),
     (r"tflops?/s/(?:gpu|device)|throughputpergputflop/s/gpu|tflopspergpu", "TFLOP/s/GPU"),
+    (r"^fps|fps$", "fps"),  # RL's environment frames per second (rl_games' `fps step: … fps total: …`)
 ))
-RATE_PREFERENCE = ("tok/s", "tok/s/GPU", "samples/s", "it/s", "img/s", "TFLOP/s/GPU")
+RATE_PREFERENCE = ("tok/s", "tok/s/GPU", "samples/s", "it/s", "img/s", "TFLOP/s/GPU", "fps")
 STEP_TIME_KEYS = {  # key -> seconds per unit of its value
     "time": 1.0, "iter time (s)": 1.0, "iter_time": 1.0, "elapsed time per iteration (ms)": 0.001, "dt": 1.0,
     "step_time": 1.0, "time/step": 1.0, "batch_time": 1.0,

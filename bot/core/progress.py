@@ -403,7 +403,7 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None],
 
 def _sighting(tpl: str, raw: str) -> Sighting | None:
     """A template's newest line as the next look will compare it: its numbers, and which could count a loop."""
-    if (is_eval_template(tpl) and not _train_words(tpl)) or _NOT_PROGRESS.search(text := clean(raw)) or _IS_BAR.search(text):
+    if _evaluation(tpl, fields(clean(raw))) or _NOT_PROGRESS.search(text := clean(raw)) or _IS_BAR.search(text):
         return None
     fs = fields(text, MAX_FIELDS + 1)
     return _sighted(tpl, fs) if fs and len(fs) <= MAX_FIELDS else None
@@ -458,7 +458,7 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
     ranked: list[tuple[int, int, list[_Line], int | None]] = []
     evaluation: _Line | None = None
     for tpl, group in groups.items():
-        if is_eval_template(tpl) and not _train_words(tpl):
+        if _evaluation(tpl, group[-1].fields):
             last = group[-1]
             if any(f.total is not None and f.is_int for f in last.fields) and (evaluation is None or last.index > evaluation.index):
                 evaluation = last
@@ -473,9 +473,10 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
         has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
         if counter is None and not (has_loss and (len(group) >= 2 or _metric(group[-1].fields))):
             continue  # numbers, but no loop behind them
-        if counter is not None and len(group) == 1 and not _metric(group[0].fields):
+        header = counter is not None and len(group) == 1 and _heads_block(group[0], numbered)
+        if counter is not None and len(group) == 1 and not _metric(group[0].fields) and not header:
             continue  # one `step 3` in prose is not a loop
-        rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and has_loss else 2
+        rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and (has_loss or header) else 2
         ranked.append((rank, group[-1].index, group, counter))
     if not ranked:
         return _Found(3, None, None, groups, evaluation, _sightings(by_template, None))
@@ -484,6 +485,19 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
     # the loop is not the loop).
     rank, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
     return _Found(rank, group, counter, groups, evaluation, _sightings(by_template, group[-1] if rank == 0 else None))
+
+
+BLOCK_LINES = 40  # a report block's lines below its header: rsl_rl prints ~30 `name: value` lines an iteration
+
+
+def _heads_block(line: _Line, numbered: Sequence[tuple[int, str]]) -> bool:
+    """A header over a report block: a line that is only a counter out of a total (rsl_rl's centred
+    `Learning iteration 156025/10000000`), with the block's measurements in the lines below it — a loss."""
+    fs = line.fields
+    if len(fs) != 1 or fs[0].total is None or not fs[0].key or fs[0].value > fs[0].total:
+        return False
+    below = [text for index, text in numbered if line.index < index <= line.index + BLOCK_LINES]
+    return any(is_loss_key(f.key) for text in below for f in fields(clean(text)) if f.finite)
 
 
 def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
@@ -500,6 +514,16 @@ def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
     if best is None:
         return steps
     return (*steps[:-1], replace(last, step=int(best[1].value), total=best[1].total, counter=best[1].key))
+
+
+def _evaluation(tpl: str, fs: Sequence[Field]) -> bool:
+    """An evaluation pass's line: it names an evaluation, other than as what one of its rates times (rl_games'
+    `fps step and policy inference: 349520.9` is a training loop's throughput) and without training figures beside."""
+    if not is_eval_template(tpl) or _train_words(tpl):
+        return False
+    for key in sorted({f.key for f in fs if f.key and (f.unit in RATE_UNITS or _rate_unit_of_key(f.key))}, key=len, reverse=True):
+        tpl = re.sub(r"[ \t]+".join(map(re.escape, key.split())), " ", tpl, flags=re.I)
+    return is_eval_template(tpl)
 
 
 def _train_words(tpl: str) -> bool:
@@ -521,9 +545,18 @@ def bar_step(bar: Bar, index: int = -1) -> Step:
     fs = [f for f in fields(f"{bar.desc} {bar.postfix}") if f.key != "v_num"]
     loss, loss_key = _loss(fs)
     rate, unit = _rate(fields(bar.rate or "")) if bar.rate else (None, None)
-    return Step(line=bar.frame, step=bar.n, total=bar.total, loss=loss, rate=rate, rate_unit=unit,
+    step = Step(line=bar.frame, step=bar.n, total=bar.total, loss=loss, rate=rate, rate_unit=unit,
                 epoch=float(bar.epoch) if bar.epoch is not None else None, counter="batch" if bar.epoch is not None else "step",
                 loss_key=loss_key, index=index, fmt="bar", non_finite=_non_finite(fs))
+    overall = _postfix_counter(fields(bar.postfix))
+    return replace(step, step=int(overall.value), total=overall.total, counter=overall.key) if overall and overall.value > bar.n else step
+
+
+def _postfix_counter(fs: Sequence[Field]) -> Field | None:
+    """A step counter in a bar's postfix, past the bar's own count: the run's overall counter, which goes on
+    where the bar restarts each epoch (Tianshou's `Epoch #5: 50001it [00:40, …, env_step=250000, …]`)."""
+    return next((f for f in fs if f.is_int and f.finite and not is_loss_key(f.key)
+                 and (f.word in ("step", "global_step", "iteration", "iter") or f.word.endswith("_step"))), None)
 
 
 def announced_at(step: Step, text: str, number: int | None) -> Step:
