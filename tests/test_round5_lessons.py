@@ -69,3 +69,19 @@ def test_how_the_run_ended_is_what_the_first_line_says(case, phase, words):
     assert verdict.phase is phase, verdict.headline
     assert verdict.level is (Level.CRIT if phase is Phase.CRASHED else Level.OK)
     assert words.casefold() in verdict.headline.casefold(), verdict.headline
+
+
+def test_a_save_that_has_printed_fewer_lines_than_the_runs_last_save_is_still_saving():
+    # accelerate's save_state printed six lines for checkpoint-768; for checkpoint-800 only the first so far.
+    v = diagnose(evidence(log("cv-diffusers-dreambooth-lora-saving-checkpoint-800"), age=20), DefaultRun("r"))
+    assert v.phase is Phase.SAVING and "800" in v.headline, v.headline
+
+
+def test_a_save_as_long_as_the_runs_last_one_is_over():
+    # Built from the real log: checkpoint-800's save printed as whole as checkpoint-768's was. The loop goes on.
+    text = log("cv-diffusers-dreambooth-lora-saving-checkpoint-800")
+    block = text[text.index("Model weights saved in"):text.index("Saved state to")]
+    block = block[:block.rindex("\n") + 1] + text[text.index("Saved state to"):].split("\n")[0].split(" - ")[-1]
+    whole = text[:text.rindex("Model weights saved in")] + block.replace("checkpoint-768", "checkpoint-800") + "\n"
+    v = diagnose(evidence(whole, age=20), DefaultRun("r"))
+    assert v.phase is Phase.TRAINING, v.headline

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bot.core.bars import Bar, Role
 from bot.core.evidence import BarLine, Evidence
@@ -144,6 +144,26 @@ def _open_marker(ev: Evidence, after: int) -> Marker | None:
     return current
 
 
+_SAVES = (Mark.SAVING, Mark.SAVED)
+
+
+def _unfinished_save(ev: Evidence, after: int) -> Marker | None:
+    """A save the run's own last save says is not over: since the last progress only save lines, opening as
+    its previous save opened, but fewer of them (accelerate's `save_state`: model weights, optimizer, scheduler,
+    scaler, random states, then `Saved state to …`; a log that stops after the weights' line is still saving)."""
+    now = [m for m in ev.markers if m.index > after]
+    if not now or any(m.kind not in _SAVES for m in now):
+        return None
+    opening = template(message(now[0].text))
+    earlier = [m for m in ev.markers if m.index <= after and m.kind in _SAVES]
+    start = next((k for k in range(len(earlier) - 1, -1, -1) if template(message(earlier[k].text)) == opening), None)
+    if start is None:
+        return None
+    resumed = next((s.index for s in ev.steps if s.index > earlier[start].index), after + 1)  # the loop went on
+    before = [m for m in earlier[start:] if m.index < resumed]
+    return replace(now[-1], kind=Mark.SAVING) if len(before) > len(now) else None
+
+
 def _routine_save(ev: Evidence, marker: Marker) -> bool:
     """A save the loop makes as it goes, not a phase it stops in: the run announced saves before (at least
     two) and went on with its next step after each, with no closing line and no stamp to time them by
@@ -239,7 +259,7 @@ def activity(ev: Evidence) -> Doing:
     bars = [b for b in ev.bars if b.index > at and (b.bar.role is not Role.TRAINING or b.bar.nested) and not b.after
             and not (b.bar.role is Role.EVALUATING and b.bar.finished)]
     bar = bars[-1] if bars else None
-    marker = _open_marker(ev, at)
+    marker = _open_marker(ev, at) or _unfinished_save(ev, at)
     if marker is not None and marker.kind is Mark.SAVING and step is not None and _routine_save(ev, marker):
         marker = None
     # An end, unless the run went on after it (HF's final evaluation after `Training completed`); the final
