@@ -418,7 +418,11 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
             else:
                 crashes.append(exception_crash(exc[0], exc[1], rank, i, building=_building(builds, i)))
             mode, since = "after", 0
-    return crashes + [t.crash() for t in tbs if not t.ignored]
+    # `Exception in thread X:` as the stream's last words, its traceback never written (the log cut, the paste
+    # ended): a thread died, what of is unknown.
+    cut = [Crash(Kind.TRACEBACK, thread=name, rank=entries[at][1], line_index=entries[at][0]) for name, at in threads
+           if name != "\0ignored" and len(entries) - at <= 3 and not any(_HEADER in e[2] for e in entries[at:])]
+    return crashes + [t.crash() for t in tbs if not t.ignored] + cut
 
 
 # Every signature above contains one of these words. Checking the whole window once lets the
@@ -429,7 +433,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "training early", "uncaught exception", " abort ", "received at time", "error executing job",
+                "training early", "uncaught exception", "exception in thread", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')

@@ -174,6 +174,16 @@ def _kind(text: str) -> Mark | None:
     return next((kind for kind, pattern in _KINDS if pattern.search(text)), None)
 
 
+_KEY_ONLY = re.compile(r"[A-Za-z_][\w.-]*:\Z")
+_NESTED = re.compile(r"[ \t]+[A-Za-z_][\w.-]*:(?:[ \t]|\Z)")
+
+
+def _section_key(line: str, following: Sequence[str]) -> bool:
+    """A configuration's section, not an announcement: a bare `TEST:` with its keys nested below (a YAML dump,
+    yacs' `Running with config:`)."""
+    return bool(_KEY_ONLY.match(line)) and bool(following) and bool(_NESTED.match(following[0]))
+
+
 def find_markers(lines: Sequence[str]) -> tuple[Marker, ...]:
     """Every announcement and normal end in the lines, in order."""
     text = "\n".join(lines).lower()
@@ -189,7 +199,7 @@ def find_markers(lines: Sequence[str]) -> tuple[Marker, ...]:
         # The words as the line has them, or after the logger's stamp and prefix (`2020-11-11 06:24:03,237 -
         # mmdet - INFO - Evaluating panoptic...`): an announcement's words open its message, not the line.
         kind = _kind(line) or _kind(message(line))
-        if kind is None:
+        if kind is None or _section_key(line, lines[i + 1:i + 2]):
             continue
         where = line
         if _RICH_RECORD.match(own):  # the wrapped rest of the record says where: `…/weight_output/checkpoint-1000`

@@ -331,9 +331,9 @@ def read_progress(lines: Sequence[str], stamps: Sequence[float | None] = (), ear
                   rule: CounterRule | None = None) -> Progress:
     """`rule`: the counter earlier looks at this log learned (bot.core.learned): its template is the loop's
     even when the window holds one line of it, or its numbers have no names."""
-    found = _series(list(enumerate(fold_tables(lines))), stamps, rule)
+    found = _series(list(enumerate(drop_mappings(fold_tables(lines)))), stamps, rule)
     if not found.steps and earlier:
-        back = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(fold_tables(earlier))], (), rule)
+        back = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(drop_mappings(fold_tables(earlier)))], (), rule)
         found = replace(found, steps=back.steps, loop=back.loop)
     return found
 
@@ -364,6 +364,29 @@ def fold_tables(lines: Sequence[str]) -> Sequence[str]:
         elif start is not None and not _KV_ROW.match(text):
             start = None
     return out
+
+
+# A configuration printed as YAML (yacs' `Running with config:`, Hydra's dump): indented `KEY: value` lines, one
+# word a key, in a block (blank lines and comments within it) with words among its values. Its numbers are settings (`CENTER_LOSS_WEIGHT: 0.0005`).
+_MAPPING_ROW = re.compile(r"^[ \t]+[A-Za-z_][\w.-]*:[ \t]+(\S.*)$")
+MAPPING_ROWS = 3
+
+
+def drop_mappings(lines: Sequence[str]) -> Sequence[str]:
+    """The lines with each YAML mapping block blanked (its rows are settings, never progress)."""
+    out, run = None, []
+    for i, text in enumerate([*lines, ""]):
+        if m := _MAPPING_ROW.match(text):
+            run.append((i, m[1]))
+            continue
+        if run and i < len(lines) and (not text.strip() or text.lstrip().startswith("#")):
+            continue  # a blank line or a comment inside the block
+        if len(run) >= MAPPING_ROWS and any(not re.match(r"[-+\d.eE,\[\] ]+$", value) for _, value in run):
+            out = list(lines) if out is None else out
+            for k, _ in run:
+                out[k] = ""
+        run = []
+    return lines if out is None else out
 
 
 # Lines templated at first, the newest with digits in them: a 64 KiB window of step lines holds some 1500,
