@@ -130,6 +130,10 @@ END_LINES = [
     "Total Execution Time: 415.10 seconds",
     # round 5's: Caffe's solver
     "I0605 15:55:00.132752 12509 solver.cpp:100] Optimization Done.",
+    # round 6's: LSF's job report (misc-wandb-lsf-t5-mimic-successfully-completed); PyCharm's run console
+    # (a clean exit's line, the same console whose `exit code -1073741819` misc-megengine-hdr-… crashed with)
+    "Successfully completed.",
+    "Process finished with exit code 0",
     "[2022-11-22 11:27:14,442] [INFO] [launch.py:350:main] Process 29248 exits successfully.",
     "[after training is done] datetime: 2026-03-20 19:41:47 ",
     "Epoch 3: 100%|██████████| 6104/6104 [00:36<00:00, 166.90it/s, v_num=0]`Trainer.fit` stopped: `max_epochs=4` reached.",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bot.core.crashes import find_crashes
 from bot.core.diagnose import diagnose
 from bot.core.markers import find_markers
@@ -53,3 +55,38 @@ def test_exception_in_thread_followed_by_its_traceback_is_read_as_before():
              "ValueError: bad"]
     [crash] = find_crashes(lines)
     assert (crash.thread, crash.exc_type) == ("loader", "ValueError")
+
+
+def line(case: str, start: str) -> str:
+    """The log's own line that starts so (the tests read real text, never a retyped copy)."""
+    return next(x for x in log(case).split("\n") if x.lstrip().startswith(start))
+
+
+@pytest.mark.parametrize("case,phase,level,words,never", [
+    # LSF's job report: `Successfully completed.` above its resource summary (read as stopped: a false CRIT)
+    ("misc-wandb-lsf-t5-mimic-successfully-completed", Phase.FINISHED, Level.OK, "successfully completed", "stopped"),
+    # PyCharm's `Process finished with exit code -1073741819 (0xC0000005)`: Windows' access violation
+    ("misc-megengine-hdr-transformer-exit-0xc0000005-epoch0", Phase.CRASHED, Level.CRIT, "0xC0000005", "stopped"),
+    # every iteration done (50/50), then Slurm's time limit: the work is finished, the exit hung (a false CRIT)
+    ("llm-megatron-bridge-nemotron-h-iteration-50-of-50-slurm-time-limit", Phase.FINISHED, Level.WARN, "50/50", "crashed"),
+    # Lightning's `Trainer.fit stopped: max_epochs=6000 reached.`: "stopped" is runbot's word for a kill
+    ("cv-piper-tts-max-epochs-6000-reached", Phase.FINISHED, Level.OK, "max_epochs=6000 reached", "stopped"),
+])
+def test_how_a_process_ended_in_the_words_of_what_ran_it(case, phase, level, words, never):
+    v = diagnose(evidence(log(case), age=120, writers=()), DefaultRun("r"))
+    assert (v.phase, v.level) == (phase, level), v.headline
+    assert words.casefold() in v.headline.casefold() and never not in v.headline, v.headline
+
+
+def test_lsfs_exit_line_is_the_jobs_end():
+    [crash] = find_crashes([line("misc-big-vision-lsf-paligemma-load-keyerror-img", "Exited with exit code")])
+    assert crash.exit_code == 1
+    assert find_crashes(["Process finished with exit code 0"]) == []
+
+
+def test_an_end_word_on_the_loops_own_progress_line_ends_a_unit_not_the_run():
+    # DLRM reports `Finished training it N/2000 of epoch 0, … ms/it, loss …` at every report (built from its line).
+    real = line("misc-dlrm-kaggle-it-1000-of-2000-saving-model", "Finished training it 1000/2000")
+    window = "\n".join(real.replace("1000/2000", f"{n}/2000") for n in (800, 900, 1000))
+    v = diagnose(evidence(window, age=20), DefaultRun("r"))
+    assert v.phase is Phase.TRAINING and "1000/2000" in v.headline, v.headline

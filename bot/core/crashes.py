@@ -57,6 +57,9 @@ _ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
 # Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
 _AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+# The process's exit as whatever ran it reports it: PyCharm's run console (`Process finished with exit code
+# -1073741819 (0xC0000005)`), LSF's job report (`Exited with exit code 1.`).
+_EXIT_LINE = re.compile(r"^(?:Process finished|Exited) with exit code (-?\d+)\b")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
 _DS_RANK = re.compile(r"--local_rank=(\d+)")
 _FIELD = re.compile(r"^[ \t]*(rank|exitcode|local_rank)[ \t]*:[ \t]*(-?\d{1,9})\b")
@@ -99,10 +102,18 @@ def _trim(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# Windows' NTSTATUS codes a process dies with, as a signed 32-bit exit code (PyCharm prints `-1073741819
+# (0xC0000005)`): the ones a training process meets.
+_NTSTATUS = {0xC0000005: "0xC0000005, access violation", 0xC00000FD: "0xC00000FD, stack overflow",
+             0xC0000409: "0xC0000409, stack buffer overrun", 0xC000001D: "0xC000001D, illegal instruction"}
+
+
 def _signal_hint(code: int | None) -> str | None:
-    """-N is torchrun's "killed by signal N"; 128+N is a shell's."""
+    """-N is torchrun's "killed by signal N"; 128+N is a shell's; a large negative one is Windows' NTSTATUS."""
     if code is None:
         return None
+    if code < -(1 << 24) and (status := _NTSTATUS.get(code & 0xFFFFFFFF)):
+        return status
     return _SIGNALS.get(-code if code < 0 else code - 128 if 128 < code < 160 else 0)
 
 
@@ -330,6 +341,10 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     if m := _AGENT.search(text):
         code, local = int(m[1]), int(m[2])
         return _child_failed(following[:40], i, local, code)
+    if m := _EXIT_LINE.match(text):
+        code = int(m[1])
+        return None if code == 0 else Crash(Kind.CHILD_FAILED, "launcher", "the process", rank=rank, exit_code=code,
+                                            signal_hint=_signal_hint(code), line_index=i)
     if m := _DS_EXIT.search(text):
         code = int(m[1])
         if code == 0:
@@ -433,7 +448,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "training early", "uncaught exception", "exception in thread", " abort ", "received at time", "error executing job",
+                "training early", "uncaught exception", "exception in thread", "exit code", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')

@@ -59,6 +59,8 @@ END_WORDS = (
      "Caffe's solver: `Optimization Done.`; TF 1 tutorials' and their descendants' `Optimization Finished!`"),
     (r"\ball done\b|^done\.?$|\bfinal (?:model|checkpoint) saved\b|\bsaving final (?:model|checkpoint)", "custom scripts' last words"),
     (r"\bexit status:?\s*0\b", "PBS: `Job execution was successful. Exit Status 0.`"),
+    (r"^successfully completed\.$", "LSF's job report: `Successfully completed.` (its `Subject: Job N: <name> … Done`)"),
+    (r"^process finished with exit code 0\b", "PyCharm's run console: `Process finished with exit code 0`"),
     (r"\bterminating training\b", "Keras TerminateOnNaN: `Batch 3: Invalid loss, terminating training`"),
     (r"\bearly stopping\b|\bstopping training\b", "Keras EarlyStopping: `Epoch 8: early stopping`; YOLOv5's `Stopping training early`"),
 )
@@ -83,7 +85,9 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
         start = _sentence_start(text, m.start())
         stop = re.search(r"[.;!?](?: |$)", text[m.end():])
         text = text[start:m.end() + stop.start()] if stop else text[start:]
-    text = redact_secrets(text)  # before the cut
+    # Lightning's `Trainer.fit stopped: max_epochs=6000 reached.`: what was reached is the reason; "stopped" is
+    # what runbot's headlines call a process gone with no end, and must not be said of one that ended.
+    text = re.sub(r"^`?Trainer\.fit`? stopped:[ \t]*", "", redact_secrets(text).replace("`", ""))  # redacted before the cut
     return _unwrapped(text)[:80] + ("…" if len(text) > 80 else "")
 
 

@@ -190,6 +190,14 @@ def _final_save(ev: Evidence, marker: Marker, at: int) -> bool:
             and before[-1].index > at)
 
 
+def _loop_line(ev: Evidence, marker: Marker) -> bool:
+    """An end's words on one of the loop's own progress lines, short of its total, end a unit of work, not the
+    run (DLRM's `Finished training it 1000/2000 of epoch 0, 115.30 ms/it, loss 0.517118` every report). A bar's
+    frame is no such line: messages are glued onto it (Keras' `… - loss: 44.41Batch 3: Invalid loss, terminating training`)."""
+    step = next((s for s in ev.steps if s.index == marker.index and s.fmt != "bar"), None)
+    return step is not None and step.total is not None and step.step is not None and step.step < step.total
+
+
 def _last_move(steps) -> int:
     """Where the counter took its current value (the first of the trailing lines that repeat it)."""
     if not steps:
@@ -250,9 +258,13 @@ def activity(ev: Evidence) -> Doing:
     # last move, not after its last redraw.
     # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
     moved = _last_move(ev.steps)
-    ends = [m for m in ev.markers if m.kind is Mark.ENDED and (
+    ends = [m for m in ev.markers if m.kind is Mark.ENDED and not _loop_line(ev, m) and (
         m.index >= moved or (m.index == moved - 1 and sum(s.index > m.index for s in ev.steps) == 1))]
     base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step), "restarted_after": restarted_after}
+    if crash is not None and crash.kind is Kind.CANCELLED and base["reached_total"]:
+        # The loop reached its total, then the scheduler ended the job at its time limit: the work is done and the
+        # process hung on its way out (Megatron-Bridge's 50/50 iterations, then Slurm's `CANCELLED … DUE TO TIME LIMIT`).
+        return Doing(Phase.FINISHED, crash=crash, **base)
     if crash is not None:
         return Doing(Phase.CRASHED, crash=crash, **base)
     # An evaluation bar at its total is an evaluation done: the loop goes on (YOLO's per-epoch validation).

@@ -242,6 +242,9 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             head += f" ({reason})"
         elif doing.ended is None and (result := last_result(ev, step)):
             head += f", then: {result}"
+        if doing.crash is not None:  # done, then ended by the scheduler: it hung on its way out
+            return verdict(Phase.FINISHED, Level.WARN, f"{head}, then {words.crash(doing.crash, 70)}",
+                           [Concern(Worry.HUNG_ON_EXIT)], said={Said.CRASH} | told)
         if life.life in (Life.ALIVE, Life.NEAR) and doing.marker is not None and doing.marker.kind is Mark.SAVING and (
                 ev.silent_for is None or ev.silent_for <= run.loading_grace):
             # The loop is over and its last save is under way: saving, with the grace every save has.

@@ -97,7 +97,8 @@ def crash(c: Crash, limit: int = 90) -> str:
         if c.exc_type and c.exc_type.endswith("CalledProcessError"):
             return hz.trim(f"{who} exited with status {c.exit_code} (the launcher's CalledProcessError)", limit)
         if c.exc_type == "launcher":  # DeepSpeed's and others' `exits with return code = 1`
-            return hz.trim(f"{who} exited with return code {c.exit_code}" + (f" ({sig})" if sig else ""), limit)
+            said = sig or c.signal_hint  # Windows' NTSTATUS codes have no signal, but a name
+            return hz.trim(f"{who} exited with return code {c.exit_code}" + (f" ({said})" if said else ""), limit)
         code = f"exit code {c.exit_code}" + (f", {sig}" if sig else "")
         return hz.trim(f"ChildFailedError: {who} failed ({code})" if c.exit_code is not None
                        else f"ChildFailedError: {who} failed", limit)
