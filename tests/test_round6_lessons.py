@@ -90,3 +90,16 @@ def test_an_end_word_on_the_loops_own_progress_line_ends_a_unit_not_the_run():
     window = "\n".join(real.replace("1000/2000", f"{n}/2000") for n in (800, 900, 1000))
     v = diagnose(evidence(window, age=20), DefaultRun("r"))
     assert v.phase is Phase.TRAINING and "1000/2000" in v.headline, v.headline
+
+
+@pytest.mark.parametrize("age,phase,level", [(20, Phase.TRAINING, Level.OK), (15 * 60, Phase.SILENT, Level.CRIT)])
+def test_a_separator_after_a_save_closes_it(age, phase, level):
+    # flair: `saving best model`, then its `-----` rule before the next epoch. Read as saving for 15 min, no alert.
+    v = diagnose(evidence(log("llm-flair-epoch-6-done-dev-f1-saving-best-model"), age=age), DefaultRun("r"))
+    assert (v.phase, v.level) == (phase, level), v.headline
+
+
+def test_a_save_with_nothing_after_it_is_still_saving():
+    text = log("llm-flair-epoch-6-done-dev-f1-saving-best-model")
+    v = diagnose(evidence(text[:text.index("saving best model") + len("saving best model")], age=20), DefaultRun("r"))
+    assert v.phase is Phase.SAVING, v.headline

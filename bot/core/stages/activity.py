@@ -141,7 +141,12 @@ def _open_marker(ev: Evidence, after: int) -> Marker | None:
             current = None
         elif m.kind in _MARK_PHASES:
             current = m
+    if current is not None and current.kind in _CLOSES and any(_RULE.match(message(x)) for x in ev.lines[current.index + 1:]):
+        return None  # a separator drawn after it closes its section (flair: `saving best model`, then `-----`)
     return current
+
+
+_RULE = re.compile(r"[-=_*#~]{10,}\Z")
 
 
 _SAVES = (Mark.SAVING, Mark.SAVED)
