@@ -103,3 +103,19 @@ def test_a_save_with_nothing_after_it_is_still_saving():
     text = log("llm-flair-epoch-6-done-dev-f1-saving-best-model")
     v = diagnose(evidence(text[:text.index("saving best model") + len("saving best model")], age=20), DefaultRun("r"))
     assert v.phase is Phase.SAVING, v.headline
+
+
+@pytest.mark.parametrize("age,alive,phase,level", [
+    (20, True, Phase.TRAINING, Level.OK),
+    (20 * 60, False, Phase.STOPPED, Level.CRIT),  # gone after the next epoch began: no end (read as finished)
+])
+def test_an_epoch_announced_after_the_last_progress_is_where_the_loop_stands(age, alive, phase, level):
+    # st-gcn: `Iter 0 Done.`, `Done.` (the epoch's), then `Training epoch: 1`: epoch 1 has begun.
+    writers = ((692, 40, "python3 main.py"),) if alive else ()
+    v = diagnose(evidence(log("cv-st-gcn-kinetics-cpu-gone-after-training-epoch-1"), age=age, writers=writers), DefaultRun("r"))
+    assert (v.phase, v.level) == (phase, level) and "epoch 1" in v.headline, v.headline
+
+
+def test_an_announced_epoch_behind_the_counter_changes_nothing():
+    lines = ["epoch 5 step 100 loss 0.3", "epoch 5 step 200 loss 0.2", "Starting epoch 4: reshuffling"]
+    assert evidence("\n".join(lines)).steps[-1].epoch == 5

@@ -370,6 +370,31 @@ def _with_epoch_loss(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Ste
     return tuple(out)
 
 
+# A loop announcing its next epoch: CNTK's `Starting Epoch 18: learning rate per sample = …`, st-gcn's `Training
+# epoch: 1`, fairseq's `begin training epoch 104`.
+_EPOCH_START = re.compile(r"(?i)^(?:(?:start(?:ing)?|begin(?:ning)?)[ \t]+(?:training[ \t]+)?|training[ \t]+)epoch[ \t]*[:#]?[ \t]*(\d+)\b")
+
+
+def _with_next_epoch(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Step, ...]:
+    """The loop stands at the epoch it announced after its last progress line: the next one has begun (its batch
+    count, when the counter restarts each epoch, is not known yet)."""
+    if not steps:
+        return steps
+    last = steps[-1]
+    for k in range(len(lines) - 1, last.index, -1):
+        if (m := _EPOCH_START.match(message(lines[k]))) is None:
+            continue
+        epoch = int(m[1])
+        if (last.epoch is not None and epoch <= last.epoch) or (last.epoch_total is not None and epoch > last.epoch_total):
+            return steps
+        per_epoch = last.counter == "batch" or last.epoch is None
+        begun = replace(last, line=lines[k].strip(), index=k, epoch=float(epoch), counter="epoch" if per_epoch else last.counter,
+                        step=None if per_epoch else last.step, total=None if per_epoch else last.total, rate=None, loss=None,
+                        stamp=None, fmt="structure")
+        return (*steps, begun)
+    return steps
+
+
 def _loss_line(lines: Sequence[str], start: int, stop: int):
     """The first line in [start, stop) that is a training loss alone: one number, named a loss."""
     for x in lines[max(0, start):stop]:
@@ -446,7 +471,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learn
     reading = _reading_lines(lines, bars)
     progress, counter = _read_progress_learning(reading, stamps, earlier, learned)
     bars = tuple(_place(_inner(_against_counter(bars, progress.steps, lines))))
-    steps = _with_epoch_loss(_progress(progress.steps, lines, bars), lines)
+    steps = _with_next_epoch(_with_epoch_loss(_progress(progress.steps, lines, bars), lines), lines)
     bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
         steps = _custom(lines, custom)
