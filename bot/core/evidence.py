@@ -390,7 +390,7 @@ def _with_next_epoch(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Ste
         per_epoch = last.counter == "batch" or last.epoch is None
         begun = replace(last, line=lines[k].strip(), index=k, epoch=float(epoch), counter="epoch" if per_epoch else last.counter,
                         step=None if per_epoch else last.step, total=None if per_epoch else last.total, rate=None, loss=None,
-                        stamp=None, fmt="structure")
+                        stamp=None, fmt="announced")
         return (*steps, begun)
     return steps
 

@@ -18,7 +18,8 @@ class Step:
     rate_unit: str | None = None  # "tok/s", "it/s", "samples/s"…
     epoch: float | None = None
     elapsed: float | None = None  # seconds since the run started, when printed (step=… elapsed=3.4s)
-    fmt: str = "custom"  # how it was read: "structure" (a recurring template), "bar" (the loop's own bar), "custom"
+    fmt: str = "custom"  # how it was read: "structure" (a recurring template), "bar" (the loop's own bar), "custom",
+    # "announced" (the epoch the loop said it began after its last progress line)
     epoch_total: int | None = None  # "epoch 3/10": 10
     counter: str | None = None  # the key the counter was read from: "iteration", "s", "batch", "step"
     loss_key: str | None = None  # "lm loss", "train_loss", "trl"

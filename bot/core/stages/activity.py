@@ -264,7 +264,7 @@ def activity(ev: Evidence) -> Doing:
     # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
     moved = _last_move(ev.steps)
     ends = [m for m in ev.markers if m.kind is Mark.ENDED and not _loop_line(ev, m) and (
-        m.index >= moved or (m.index == moved - 1 and [s.fmt for s in ev.steps if s.index > m.index] == ["bar"]))]
+        m.index >= moved or (m.index == moved - 1 and sum(s.index > m.index and s.fmt != "announced" for s in ev.steps) == 1))]
     base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step), "restarted_after": restarted_after}
     if crash is not None and crash.kind is Kind.CANCELLED and base["reached_total"]:
         # The loop reached its total, then the scheduler ended the job at its time limit: the work is done and the
