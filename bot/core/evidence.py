@@ -439,12 +439,13 @@ class LogText:
     counter: CounterRule | None
     sightings: tuple[Sighting, ...]
     news: str
-    learned: Learned | None
 
 
 def text_key(sections: Sections, log: LogFile, learned: Learned | None) -> tuple:
-    """Everything read_log_text reads (with the run's step pattern, which its caller keys on): equal keys, equal parses."""
-    return sections.get("window"), sections.get("steps"), log.size, log.inode, learned
+    """Everything read_log_text reads (with the run's step pattern, which its caller keys on): equal keys, equal
+    parses. Of what was learned, only the counter and the templates (its news and their age are the diagnosis')."""
+    taught = (learned.counter, learned.sightings) if learned is not None else None
+    return sections.get("window"), sections.get("steps"), log.size, taught
 
 
 def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learned | None = None, *,
@@ -454,6 +455,7 @@ def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learn
     the log's text in place of read_log_text (one that keeps an unchanged log's parse)."""
     meta = _key_values(sections.text("meta", 4096))
     log = _log_file(log_path, meta)
+    learned = learned if learned is not None and learned.holds_for(log.inode, log.size) else None
     t = (text or read_log_text)(sections, log, custom, learned)
     writers_text = sections.text("writers", 1 << 16)
     near_text = writers_text[m.end():] if (m := _NEAR.search(writers_text)) else ""
@@ -483,13 +485,13 @@ def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learn
         counter=t.counter,
         sightings=t.sightings,
         news=t.news,
-        learned=t.learned,
+        learned=learned,
     )
 
 
 def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learned | None = None) -> LogText:
-    """The window and step lines read: lines, stamps, progress, bars, crashes, announcements (see LogText)."""
-    learned = learned if learned is not None and learned.holds_for(log.inode, log.size) else None
+    """The window and step lines read: lines, stamps, progress, bars, crashes, announcements (see LogText).
+    `learned`: what earlier looks learned, already known to hold for this log."""
     window = _unescape_syslog(sections.text("window"))
     truncated = bool(log.size and log.size > len(sections.get("window") or b""))
     if truncated:
@@ -522,7 +524,6 @@ def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learne
         counter=counter,
         sightings=progress.sightings,
         news=news_line(lines, clean) if not steps else "",
-        learned=learned,
     )
 
 
