@@ -131,3 +131,24 @@ def test_a_runs_look_is_dropped_when_its_log_or_step_pattern_changes():
     b = looks.of(DefaultRun("a", "/y.log", step_pattern=r"it (\d+)"))
     looks.of(DefaultRun("b", "/x.log")), looks.of(DefaultRun("c", "/x.log"))
     assert len(looks) == 2 and looks.of(DefaultRun("a", "/y.log", step_pattern=r"it (\d+)")) is not b
+
+
+async def test_questions_and_sweeps_share_one_memory_of_each_runs_log(tmp_path):
+    """A question, then a sweep's group look, then a question: each probe after the first is told what the last
+    look (whoever made it) saw."""
+    from tests.test_one_pass_per_box import CountingTargets, place
+    from bot.probe.scheduler import Priority, Scheduler
+
+    registry, logs = place(tmp_path, 2)
+    targets = CountingTargets(registry, None)
+    scheduler = Scheduler(registry, targets)
+    a, b = registry.runs.values()
+    await scheduler.check(a)
+    await scheduler.check_group([a, b], {}, priority=Priority.SWEEP)
+    scheduler.answers.forget()
+    await scheduler.check(a)
+    await targets.close()
+    told = [line for script in targets.scripts for line in script.splitlines() if line.startswith("SEEN_SIZES=")]
+    size_a, size_b = (str(p.stat().st_size) for p in logs)
+    assert told == ["SEEN_SIZES=('')", f"SEEN_SIZES=({size_a} '')", f"SEEN_SIZES=({size_a})"]
+    assert scheduler.looks.of(a).seen is not None and scheduler.looks.of(b).seen is not None
