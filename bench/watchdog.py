@@ -116,8 +116,9 @@ def section_costs(log: Path, repeat: int = 40) -> list[tuple[str, float]]:
     head = build_script(DefaultRun("bench", log=str(log)), "abcdef0123456789").split(_BODY)[0]
     defs = _BODY.split("exec 4< <(gpu_rounds)")[0]
     out = []
-    defs += 'LOG=${LOGS[0]}; STEP_ERE=${STEP_ERES[0]}; R=0; scan >/dev/null\n'  # one run's values, as the loop sets them
-    for name, call in (("bash start (bash -c true)", None), ("meta", "part meta meta"), ("window", "part window window"),
+    defs += 'LOG=${LOGS[0]}; STEP_ERE=${STEP_ERES[0]}; R=0; look; scan >/dev/null\n'  # one run's values, as the loop sets them
+    for name, call in (("bash start (bash -c true)", None), ("look (stat: all a quiet log costs)", "look"),
+                       ("meta", "part meta meta"), ("window", "part window window"),
                        ("steps", "part steps steps"), ("scan (/proc/*/fd, once a probe)", "scan"),
                        ("writers (from the scan)", "part writers writers"),
                        ("procs (ps | awk | grep)", "part procs procs"), ("gpu_rounds (no nvidia-smi)", "gpu_rounds"),
