@@ -152,3 +152,16 @@ async def test_questions_and_sweeps_share_one_memory_of_each_runs_log(tmp_path):
     size_a, size_b = (str(p.stat().st_size) for p in logs)
     assert told == ["SEEN_SIZES=('')", f"SEEN_SIZES=({size_a} '')", f"SEEN_SIZES=({size_a})"]
     assert scheduler.looks.of(a).seen is not None and scheduler.looks.of(b).seen is not None
+
+
+def test_a_dd_without_byte_offsets_reads_the_same_bytes(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(step_lines(0, 5000))
+    old_dd = tmp_path / "bin"
+    old_dd.mkdir()
+    (old_dd / "dd").write_text("#!/bin/sh\necho 'dd: invalid input flag' >&2\nexit 1\n")
+    (old_dd / "dd").chmod(0o755)
+    run = DefaultRun("r", str(log))
+    with_dd, without = probe(run), probe(run, {"PATH": f"{old_dd}{os.pathsep}{os.environ['PATH']}"})
+    assert without.get("window") == with_dd.get("window") == log.read_bytes()[-65536:]
+    assert remember(without) == remember(with_dd) is not None

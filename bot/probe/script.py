@@ -18,9 +18,6 @@ from bot.core.sections import LINE_CAP
 from bot.core.window_cache import OVERLAP_BYTES, STEP_LINES, WINDOW_BYTES, Seen
 
 
-# The last bytes of the log sent back whole: enough for the tail, the last bar frames and a
-# traceback, small enough that a sweep of hundreds of runs moves little data.
-WINDOW_BYTES = 64 * 1024
 # Step lines may lie further back than the window (a long traceback, a flood of warnings):
 # look in growing slices from the end, never the whole file, so the cost stays flat in the log's size.
 STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
@@ -217,7 +214,9 @@ meta() {
 
 window() {  # exactly the bytes [FROM, SIZE) that stat counted: the bot knows where its copy ends
   [ -r "$LOG" ] && [ "$SIZE" -gt "$FROM" ] || return 0
-  dd if="$LOG" iflag=skip_bytes,count_bytes skip="$FROM" count=$((SIZE - FROM)) bs="$WINDOW" status=none
+  # A dd without byte offsets (an old busybox) refuses its arguments before reading: tail and head then.
+  dd if="$LOG" iflag=skip_bytes,count_bytes skip="$FROM" count=$((SIZE - FROM)) bs="$WINDOW" status=none 2>/dev/null ||
+    tail -c "+$((FROM + 1))" -- "$LOG" | head -c "$((SIZE - FROM))"
 }
 
 steps() {
