@@ -30,10 +30,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bot.core.window_cache import Seen, Stat  # noqa: E402
 from bot.probe.replay import DefaultRun  # noqa: E402
 from bot.probe.script import build_script  # noqa: E402
 from bot.service.app import Services  # noqa: E402
@@ -86,14 +88,25 @@ def main() -> int:
         config.write_text(f'[defaults]\ngpu_samples = {args.gpu_samples}\n[runs.local]\nhost = "local"\nlog = "{log}"\n')
 
         script = folder / "probe.sh"
-        script.write_text(build_script(DefaultRun("local", log=str(log), gpu_samples=args.gpu_samples), "abcdef0123456789"))
+        target = DefaultRun("local", log=str(log), gpu_samples=args.gpu_samples)
+        script.write_text(build_script(target, "abcdef0123456789"))
+        # Told what the last look saw (bot.core.window_cache): the log as it is (a quiet log: a stat), or as it was
+        # 2 KiB ago (a growing one: its new bytes and the step search).
+        st = log.stat()
+        seen = Stat(inode=st.st_ino, size=st.st_size, mtime=int(st.st_mtime))
+        quiet, grown = folder / "quiet.sh", folder / "grown.sh"
+        quiet.write_text(build_script(target, "abcdef0123456789", seen=Seen(seen, b"", b"")))
+        grown.write_text(build_script(target, "abcdef0123456789",
+                                      seen=Seen(replace(seen, size=seen.size - 2048), b"", b"")))
         with writer_holding(log):
             env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
             env.update(PYTHONPYCACHEPREFIX=str(folder / "pycache"), XDG_CACHE_HOME=str(folder / "cache"))
             status = [sys.executable, "-m", "bot", "--config", str(config), "status", "local"]
             subprocess.run(status, capture_output=True, check=True, cwd=REPO, env=env)  # compiles, keeps the settings
             fresh = itertools.count()
-            took = in_turns({"bare": lambda: (["bash", str(script)], None), "cli": lambda: (status, env),
+            took = in_turns({"bare": lambda: (["bash", str(script)], None),
+                             "quiet": lambda: (["bash", str(quiet)], None), "grown": lambda: (["bash", str(grown)], None),
+                             "cli": lambda: (status, env),
                              "unkept": lambda: (status, {**env, "XDG_CACHE_HOME": str(folder / f"cache{next(fresh)}")})},
                             args.n)
             (bare, bare_cpu), (cli, cli_cpu), (unkept, _) = took["bare"], took["cli"], took["unkept"]
@@ -116,12 +129,16 @@ def main() -> int:
                 print(SKIP_REASON)
     print(f"{'what (median of ' + str(args.n) + ')':<52} {'ms':>8} {'CPU ms':>8}")
     for label, name in (("bash probe.sh (the probe alone, local)", "bare"),
+                        ("  told the log is as last seen (quiet)", "quiet"),
+                        ("  told the log was 2 KiB shorter (growing)", "grown"),
                         ("runbot status (Python, imports, probe, verdict)", "cli"),
                         ("runbot status, settings not kept (pydantic imported)", "unkept")):
         print(f"{label:<52} {took[name][0] * 1000:>8.1f} {took[name][1] * 1000:>8.1f}")
     if ssh is not None:
         print(f"{'a question over the warm SSH pool (/run status)':<52} {ssh * 1000:>8.1f}")
-    print(f"RESULT bare_probe_ms={bare * 1000:.1f} cli_status_ms={cli * 1000:.1f} cli_ratio={cli / bare:.1f} "
+    print(f"RESULT bare_probe_ms={bare * 1000:.1f} quiet_probe_cpu_ms={took['quiet'][1] * 1000:.1f} "
+          f"grown_probe_cpu_ms={took['grown'][1] * 1000:.1f} bare_probe_cpu_ms={bare_cpu * 1000:.1f} "
+          f"cli_status_ms={cli * 1000:.1f} cli_ratio={cli / bare:.1f} "
           f"cli_cpu_ratio={cli_cpu / bare_cpu:.1f} cli_unkept_ms={unkept * 1000:.1f} "
           f"warm_ssh_ask_ms={ssh * 1000 if ssh is not None else float('nan'):.1f} gpu_samples={args.gpu_samples}")
     return 0

@@ -116,8 +116,9 @@ def section_costs(log: Path, repeat: int = 40) -> list[tuple[str, float]]:
     head = build_script(DefaultRun("bench", log=str(log)), "abcdef0123456789").split(_BODY)[0]
     defs = _BODY.split("exec 4< <(gpu_rounds)")[0]
     out = []
-    defs += 'LOG=${LOGS[0]}; STEP_ERE=${STEP_ERES[0]}; R=0; scan >/dev/null\n'  # one run's values, as the loop sets them
-    for name, call in (("bash start (bash -c true)", None), ("meta", "part meta meta"), ("window", "part window window"),
+    defs += 'LOG=${LOGS[0]}; STEP_ERE=${STEP_ERES[0]}; R=0; look; scan >/dev/null\n'  # one run's values, as the loop sets them
+    for name, call in (("bash start (bash -c true)", None), ("look (stat: all a quiet log costs)", "look"),
+                       ("meta", "part meta meta"), ("window", "part window window"),
                        ("steps", "part steps steps"), ("scan (/proc/*/fd, once a probe)", "scan"),
                        ("writers (from the scan)", "part writers writers"),
                        ("procs (ps | awk | grep)", "part procs procs"), ("gpu_rounds (no nvidia-smi)", "gpu_rounds"),
@@ -150,7 +151,7 @@ async def bench(args) -> dict:
 
 async def _bench(args, folder: Path, servers: list) -> dict:
     config, logs = make_runs(folder, args.runs, args.log_kib, servers, args.ssh_runs, args.cts, args.silence_after)
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, "3", *map(str, logs)])  # noqa: ASYNC220 - started once, before the clock runs
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, f"{args.write_every:g}", *map(str, logs)])  # noqa: ASYNC220 - started once, before the clock runs
     try:
         await asyncio.sleep(1.0)
         os.chdir(folder)  # the local runs' relative log paths and the state file
@@ -257,6 +258,8 @@ def main() -> int:
     ap.add_argument("--every", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--log-kib", type=int, default=256)
+    ap.add_argument("--write-every", type=float, default=3.0,
+                    help="seconds between each log's step lines (3: production; 3600: quiet logs, an unchanged look each)")
     ap.add_argument("--silence-after", default="30s", help="every run's silence_after (its look budget: bot.core.cadence)")
     ap.add_argument("--ask-spread", type=float, default=0.0, help="seconds the questions are spread over (0: all at once)")
     ap.add_argument("--settle", type=float, default=0.0,

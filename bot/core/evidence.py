@@ -4,8 +4,9 @@ with their roles, crashes, announcements and ends, writers, GPU readings). No ju
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bot.core.bars import Bar, Role, frames, role_of
 from bot.core.crashes import find_crashes
@@ -448,12 +449,74 @@ def _problems(sections: Sections, log: LogFile) -> list[str]:
     return problems
 
 
-def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learned | None = None) -> Evidence:
+@dataclass(frozen=True)
+class LogText:
+    """The part of a look's parse that depends only on the log's bytes (the window, the step lines), its size and
+    inode, the run's step pattern and what earlier looks learned: an unchanged log's is kept (bot.probe.looks)."""
+
+    lines: tuple[str, ...]
+    stamps: Sequence[float | None]
+    truncated: bool
+    steps: tuple[Step, ...]
+    bars: tuple[BarLine, ...]
+    crashes: tuple[Crash, ...]
+    markers: tuple[Marker, ...]
+    counter: CounterRule | None
+    sightings: tuple[Sighting, ...]
+    news: str
+
+
+def text_key(sections: Sections, log: LogFile, learned: Learned | None) -> tuple:
+    """Everything read_log_text reads (with the run's step pattern, which its caller keys on): equal keys, equal
+    parses. Of what was learned, only the counter and the templates (its news and their age are the diagnosis')."""
+    taught = (learned.counter, learned.sightings) if learned is not None else None
+    return sections.get("window"), sections.get("steps"), log.size, taught
+
+
+def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learned | None = None, *,
+                  text: Callable[[Sections, LogFile, Any, Learned | None], LogText] | None = None) -> Evidence:
     """Parse a probe's sections. Never raises: what cannot be read becomes a problem. `learned`: what earlier
-    looks at the run learned of its format (used only while it holds for the log as it is now)."""
+    looks at the run learned of its format (used only while it holds for the log as it is now). `text`: reads
+    the log's text in place of read_log_text (one that keeps an unchanged log's parse)."""
     meta = _key_values(sections.text("meta", 4096))
     log = _log_file(log_path, meta)
     learned = learned if learned is not None and learned.holds_for(log.inode, log.size) else None
+    t = (text or read_log_text)(sections, log, custom, learned)
+    writers_text = sections.text("writers", 1 << 16)
+    near_text = writers_text[m.end():] if (m := _NEAR.search(writers_text)) else ""
+    for mark in (_MOVED, _NEAR):
+        writers_text = writers_text[: m.start()] if (m := mark.search(writers_text)) else writers_text
+    return Evidence(
+        log=log,
+        now=_number(meta.get("now")),
+        host=meta.get("host", ""),
+        lines=t.lines,
+        stamps=t.stamps,
+        window_truncated=t.truncated,
+        steps=t.steps,
+        bars=t.bars,
+        crashes=t.crashes,
+        markers=t.markers,
+        writers=parse_processes(writers_text),
+        hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,
+        moved=_moved(sections),
+        near=parse_processes(near_text),
+        near_use=tuple(FolderUse(*map(int, m.groups())) for m in _USE.finditer(near_text)),
+        processes=parse_processes(sections.text("procs", 1 << 16)),
+        gpus=parse_gpu_section(sections.text("gpus", 1 << 18),
+                               sections.text("gpu.window", 1 << 18) if "gpu.window" in sections.parts else None,
+                               sections.rc("gpu.window")),
+        problems=tuple(_problems(sections, log)),
+        counter=t.counter,
+        sightings=t.sightings,
+        news=t.news,
+        learned=learned,
+    )
+
+
+def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learned | None = None) -> LogText:
+    """The window and step lines read: lines, stamps, progress, bars, crashes, announcements (see LogText).
+    `learned`: what earlier looks learned, already known to hold for this log."""
     window = _unescape_syslog(sections.text("window"))
     truncated = bool(log.size and log.size > len(sections.get("window") or b""))
     if truncated:
@@ -475,35 +538,17 @@ def read_evidence(sections: Sections, log_path: str, custom=None, learned: Learn
     bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
         steps = _custom(lines, custom)
-    writers_text = sections.text("writers", 1 << 16)
-    near_text = writers_text[m.end():] if (m := _NEAR.search(writers_text)) else ""
-    for mark in (_MOVED, _NEAR):
-        writers_text = writers_text[: m.start()] if (m := mark.search(writers_text)) else writers_text
-    return Evidence(
-        log=log,
-        now=_number(meta.get("now")),
-        host=meta.get("host", ""),
+    return LogText(
         lines=tuple(lines),
         stamps=stamps,
-        window_truncated=truncated,
+        truncated=truncated,
         steps=steps,
         bars=bars,
         crashes=tuple(find_crashes(reading)),  # a crash glued after a bar's frame starts its own line there
         markers=_with_after(find_markers(lines) + _glued_markers(raw_lines, len(lines)), bars),
-        writers=parse_processes(writers_text),
-        hidden_processes=int(hidden[1]) if (hidden := _HIDDEN.search(writers_text)) else 0,
-        moved=_moved(sections),
-        near=parse_processes(near_text),
-        near_use=tuple(FolderUse(*map(int, m.groups())) for m in _USE.finditer(near_text)),
-        processes=parse_processes(sections.text("procs", 1 << 16)),
-        gpus=parse_gpu_section(sections.text("gpus", 1 << 18),
-                               sections.text("gpu.window", 1 << 18) if "gpu.window" in sections.parts else None,
-                               sections.rc("gpu.window")),
-        problems=tuple(_problems(sections, log)),
         counter=counter,
         sightings=progress.sightings,
         news=news_line(lines, clean) if not steps else "",
-        learned=learned,
     )
 
 

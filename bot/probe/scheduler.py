@@ -27,6 +27,7 @@ from bot.core.diagnose import unreachable
 from bot.core.learned import Learned
 from bot.core.verdict import Verdict
 from bot.probe.checkup import PROBE_GRACE_S, check_group_within, check_within
+from bot.probe.looks import Looks
 from config.registry import LOCAL, Registry, Run
 
 if TYPE_CHECKING:
@@ -235,6 +236,8 @@ class Scheduler:
         self.answers: Shared[str, Verdict] = Shared(clock, keep=lambda v: not not_probed(v))
         self.host_answers: Shared[tuple[str, bool, str], HostView] = Shared(clock)
         self.probed = 0
+        # What the last look at each run saw of its log, and its parse of it: the next probe sends only what changed.
+        self.looks = Looks()
         self._asked: dict[str, float] = {}  # run -> clock() of the last question about it
 
     @staticmethod
@@ -310,7 +313,7 @@ class Scheduler:
             memory = self.history.recent(run.name) if self.history is not None else ()
             verdict = await check_within(run, self.targets.runner_for, timeout=timeout, previous=previous,
                                          history=memory, save_probe=self.save_probe, parser=self._parsers[priority],
-                                         learned=self._learned(run.name, previous))
+                                         learned=self._learned(run.name, previous), look=self.looks.of(run))
         if self.history is not None:
             self.history.record(run.name, verdict)
         return verdict
@@ -337,7 +340,8 @@ class Scheduler:
             taught = {r.name: t for r in runs if (t := self._learned(r.name, previous.get(r.name))) is not None}
             verdicts = await check_group_within(runs, self.targets.runner_for,
                                                 timeout=self.registry.bot.probe_timeout, previous=previous,
-                                                histories=memory, parser=self._parsers[priority], learned=taught)
+                                                histories=memory, parser=self._parsers[priority], learned=taught,
+                                                looks=[self.looks.of(r) for r in runs])
         if self.history is not None:
             for run, verdict in zip(runs, verdicts):
                 self.history.record(run.name, verdict)

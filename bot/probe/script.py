@@ -15,15 +15,12 @@ from bot.core.formats import step_grep_ere
 from bot.core.gpu_window import MAX_WINDOW_S
 from bot.core.gpus import PROBE_QUERY
 from bot.core.sections import LINE_CAP
+from bot.core.window_cache import OVERLAP_BYTES, STEP_LINES, WINDOW_BYTES, Seen
 
 
-# The last bytes of the log sent back whole: enough for the tail, the last bar frames and a
-# traceback, small enough that a sweep of hundreds of runs moves little data.
-WINDOW_BYTES = 64 * 1024
 # Step lines may lie further back than the window (a long traceback, a flood of warnings):
 # look in growing slices from the end, never the whole file, so the cost stays flat in the log's size.
 STEP_SEARCH_BYTES = (1 << 20, 16 << 20, 64 << 20)
-STEP_LINES = 32  # prose that mentions "step" must not push real step lines out
 MOVED_WINDOW_BYTES = 16 * 1024  # the end of the file a writer moved to (a rotated log): enough for its last steps
 # The most an honest probe prints: each run's window, step lines, moved window and process lists, and the
 # GPU sections once (nvidia-smi -q for many GPUs, gpu_samples readings). The bot reads no more than this
@@ -42,18 +39,21 @@ class ProbeTarget(Protocol):
     gpu_samples: int
 
 
-def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYTES) -> str:
+def build_script(run: ProbeTarget, nonce: str, *, window_bytes: int = WINDOW_BYTES, seen: Seen | None = None) -> str:
     """The whole probe for one run as one bash script: a group of one (see build_group_script)."""
-    return build_group_script([run], nonce, window_bytes=window_bytes)
+    return build_group_script([run], nonce, window_bytes=window_bytes, seen=[seen])
 
 
-def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes: int = WINDOW_BYTES) -> str:
+def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes: int = WINDOW_BYTES,
+                       seen: Sequence[Seen | None] = ()) -> str:
     """The probe for runs that share a container (or a host) as one bash script: one pass over /proc, one set
     of GPU readings, then each run's own sections after a `run N` marker (bot.core.sections.split_runs).
 
     Every section starts on a marker line `@@RB:<nonce>@@ <name>` that a log cannot forge
     (the nonce is fresh per probe). Each part's exit status and stderr come back as sections
     `<name>.rc` and `<name>.err`, so a failing tool is reported as such, never as "empty".
+    `seen`: per run, what the last look saw of its log (bot.core.window_cache): an unchanged log is only stat'ed,
+    a grown one sends its new bytes; a run without one (or beyond the list) is read in full.
     """
     if not re.fullmatch(r"[A-Za-z0-9]{8,64}", nonce):
         raise ValueError("nonce must be 8-64 letters or digits")
@@ -75,12 +75,23 @@ def build_group_script(runs: Sequence[ProbeTarget], nonce: str, *, window_bytes:
         "STEP_LINES": str(STEP_LINES),
         "LINE_CAP": str(LINE_CAP),
         "MOVED_WINDOW": str(MOVED_WINDOW_BYTES),
+        "OVERLAP": str(OVERLAP_BYTES),
     }
     assigns = [f"{k}={shlex.quote(v)}" for k, v in values.items()]
     # Each run's own values as array elements, each quoted: the body indexes them, never splices them.
     assigns.append("LOGS=(" + " ".join(shlex.quote(run.log) for run in runs) + ")")
     assigns.append("STEP_ERES=(" + " ".join(shlex.quote(step_grep_ere(run.step_pattern)) for run in runs) + ")")
+    looks = [*seen, *[None] * len(runs)][:len(runs)]
+    for name, field in (("SEEN_INODES", "inode"), ("SEEN_SIZES", "size"), ("SEEN_MTIMES", "mtime")):
+        assigns.append(f"{name}=(" + " ".join(shlex.quote(_whole(getattr(s.stat, field)) if s else "") for s in looks) + ")")
     return "\n".join(assigns) + "\n" + _BODY
+
+
+def _whole(value: int) -> str:
+    """A seen number as the script compares it: a non-negative integer, or nothing is sent."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"a seen inode, size or mtime must be a whole number, not {value!r}")
+    return str(value)
 
 
 # The script body is constant: only the assignments above vary, so nothing from a run's
@@ -175,11 +186,25 @@ gpu_rounds() {  # the driver's window and one reading; gpu_samples readings over
   return 0
 }
 
+look() {  # in this shell: what of $LOG this look reads. VIEW=same: nothing (inode, size, mtime as seen); else the
+  # bytes [FROM, SIZE): the last WINDOW (read), or for a grown log what came after the seen size and OVERLAP bytes
+  # before it (grown; never more than WINDOW)
+  local seen=${SEEN_SIZES[R]} size mtime inode
+  VIEW=read; FROM=0; SIZE=0
+  STAT=$(stat -L -c 'size=%s mtime=%Y inode=%i' -- "$LOG" 2>/dev/null) || { STAT=''; return 0; }
+  size=${STAT#size=}; size=${size%% *}; mtime=${STAT#* mtime=}; mtime=${mtime%% *}; inode=${STAT##* inode=}
+  [[ $size =~ ^[0-9]+$ ]] || { STAT=''; return 0; }
+  SIZE=$size; FROM=$(( size > WINDOW ? size - WINDOW : 0 ))
+  [[ -r $LOG && $seen =~ ^[0-9]+$ && $inode == "${SEEN_INODES[R]}" ]] || return 0
+  if [[ $size == "$seen" && $mtime == "${SEEN_MTIMES[R]}" ]]; then VIEW=same
+  elif (( size > seen && seen - OVERLAP >= FROM )); then VIEW=grown; FROM=$(( seen > OVERLAP ? seen - OVERLAP : 0 )); fi
+}
+
 meta() {
   # Builtins, not $(...): every fork shows when a sweep probes hundreds of runs.
   printf 'now=%s\nhost=%s\n' "${EPOCHREALTIME:-$(date +%s)}" "${HOSTNAME:-}"
   if [ -e "$LOG" ]; then
-    stat -L -c 'size=%s mtime=%Y inode=%i' -- "$LOG"
+    if [ -n "$STAT" ]; then printf '%s\n' "$STAT"; else stat -L -c 'size=%s mtime=%Y inode=%i' -- "$LOG"; fi
     [ -r "$LOG" ] || echo 'readable=0'
   else
     echo 'exists=0'
@@ -187,9 +212,11 @@ meta() {
   fi
 }
 
-window() {
-  [ -r "$LOG" ] || return 0
-  tail -c "$WINDOW" -- "$LOG"
+window() {  # exactly the bytes [FROM, SIZE) that stat counted: the bot knows where its copy ends
+  [ -r "$LOG" ] && [ "$SIZE" -gt "$FROM" ] || return 0
+  # A dd without byte offsets (an old busybox) refuses its arguments before reading: tail and head then.
+  dd if="$LOG" iflag=skip_bytes,count_bytes skip="$FROM" count=$((SIZE - FROM)) bs="$WINDOW" status=none 2>/dev/null ||
+    tail -c "+$((FROM + 1))" -- "$LOG" | head -c "$((SIZE - FROM))"
 }
 
 steps() {
@@ -385,10 +412,17 @@ exec 4< <(gpu_rounds)   # ~70 ms with the driver's window, ~1 s of sampling with
 scan
 for R in "${!LOGS[@]}"; do
   LOG=${LOGS[R]}; STEP_ERE=${STEP_ERES[R]}
+  look
   mark "run $R"
   part meta meta
-  part window window
-  part steps steps
+  if [ "$VIEW" = same ]; then
+    mark unchanged   # a quiet log costs its stat: no window, no step search (the bot holds both)
+  else
+    if [ "$VIEW" = grown ]; then mark window.since; else mark window.from; fi
+    printf '%s' "$FROM"
+    part window window
+    part steps steps
+  fi
   part writers writers
   part procs procs
 done
