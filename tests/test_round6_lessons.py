@@ -119,3 +119,23 @@ def test_an_epoch_announced_after_the_last_progress_is_where_the_loop_stands(age
 def test_an_announced_epoch_behind_the_counter_changes_nothing():
     lines = ["epoch 5 step 100 loss 0.3", "epoch 5 step 200 loss 0.2", "Starting epoch 4: reshuffling"]
     assert evidence("\n".join(lines)).steps[-1].epoch == 5
+
+
+def test_a_throughput_beside_a_growing_total_is_a_loops_report():
+    # Sample Factory names no counter: `Fps is (10 sec: …). Total num frames: 438272. … Samples: 113450.`
+    v = diagnose(evidence(log("cv-sample-factory-appo-doom-policy-lag-growing"), age=4), DefaultRun("r"))
+    assert v.phase is Phase.TRAINING and v.level is Level.OK, v.headline
+
+
+def test_a_throughput_beside_numbers_that_do_not_grow_is_no_loop():
+    lines = [f"cache hit rate 98.{n} it/s, shard 3 of 8, worker 2" for n in range(5)]
+    assert read_progress(lines).steps == ()
+
+
+@pytest.mark.parametrize("text,values", [
+    ("Total num frames: 438272. Throughput: 0", [438272, 0]),  # a full stop ends the sentence, not the number
+    ("torch 2.1.0 with CUDA 12.1", [12.1]),  # a version is no number
+])
+def test_a_number_at_a_sentences_end(text, values):
+    from bot.core.grammar import fields
+    assert [f.value for f in fields(text)] == values

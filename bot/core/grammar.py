@@ -59,8 +59,9 @@ _NOISE_WORDS = {"average", "avg", "mean", "train", "training", "total", "running
 # --- numbers ----------------------------------------------------------------------------------
 
 # A thousands separator groups three digits; the comma after the last group may be the list's (`iter:  20,400,
-# lr:` is 20400, KAIR and BasicSR print so), a comma before another digit may not (`1,2,3` is a list).
-_NUM = (r"(?<![\w.])(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.])"
+# lr:` is 20400, KAIR and BasicSR print so), a comma before another digit may not (`1,2,3` is a list). A full
+# stop after a number ends its sentence (`Total num frames: 438272.`); one before a digit makes a version (`1.2.3`).
+_NUM = (r"(?<![\w.])(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\d|\.\d|\.\w)"
         r"|[-+]?\.\d+(?:[eE][-+]?\d+)?(?![\d.])|(?i:nan|[-+]?inf(?:inity)?)(?![A-Za-z]))")
 _RATE_UNIT = r"(?:[A-Za-z]+/s(?:ec)?|s/it)\b"
 _CLOCK = re.compile(r"(?<![\w.:])(?P<clock>\d{1,3}:\d\d(?::\d\d)?(?:\.\d+)?)(?![\w:])")  # 0:00:01, 12:34 — one duration

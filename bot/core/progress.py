@@ -122,7 +122,7 @@ def _candidate(index: int, raw: str) -> _Line | None:
         return None
     has_counter = any(_counter(f) for f in fs) or _epoch_field(fs) is not None
     has_loss = any(is_loss_key(f.key) for f in fs)
-    if not has_counter and not has_loss and not _leading_counter(fs):
+    if not has_counter and not has_loss and not _leading_counter(fs) and not _rated_count(fs):
         return None
     return _Line(index, raw.strip(), template(text), fs, text)
 
@@ -139,9 +139,24 @@ def _leading_counter(fs: Sequence[Field]) -> bool:
     return bool(fs) and _leading(fs[0], 0) and len(fs) >= 2 and (_metric(fs) or any(not f.is_int and f.finite for f in fs[1:]))
 
 
+def _rated_count(fs: Sequence[Field]) -> bool:
+    """A line that may be a loop's report though it names no counter: a throughput beside whole numbers, one of
+    which may be the total done so far (Sample Factory's `Fps is (10 sec: 19622.1, …). Total num frames: 438272.`)."""
+    return any(f.unit in RATE_UNITS or (f.key and _rate_unit_of_key(f.key)) for f in fs) and any(
+        f.is_int and f.finite and f.value > 0 for f in fs)
+
+
 def _named_nothing(fs: Sequence[Field]) -> bool:
-    """A line that names neither a counter nor a loss (admitted by its leading number alone)."""
+    """A line that names neither a counter nor a loss (admitted by its leading number or a rate alone)."""
     return not any(_counter(f) for f in fs) and _epoch_field(fs) is None and not any(is_loss_key(f.key) for f in fs)
+
+
+def _growing(group: Sequence[_Line]) -> bool:
+    """Beside a throughput, a whole number that grows at every report is the total done: the loop's counter."""
+    width = min(len(line.fields) for line in group)
+    return len(group) >= 3 and _rated_count(group[-1].fields) and any(
+        all(line.fields[i].is_int for line in group) and all(b.fields[i].value > a.fields[i].value for a, b in zip(group, group[1:]))
+        for i in range(width))
 
 
 def _steady(group: Sequence[_Line]) -> bool:
@@ -490,7 +505,7 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
             # Learned at earlier looks: the number that advanced between them counts, one line is enough.
             ranked.append((0, group[-1].index, group, rule.field))
             continue
-        if _named_nothing(group[-1].fields) and not _steady(group):
+        if _named_nothing(group[-1].fields) and not _steady(group) and not _growing(group):
             continue  # numbers in rows, no loop behind them
         counter = _choose_counter(group)
         has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
