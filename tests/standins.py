@@ -49,6 +49,8 @@ def fake_nvidia_smi(bin_dir: Path, rounds: Sequence[str], rc: int = 0, *, window
         "#!/usr/bin/env bash\n"
         f"d={shlex.quote(str(data))}\n"
         f'case " $* " in *" -q "*) cat "$d/window"; exit {rc if window_rc is None else window_rc} ;; esac\n'
+        # Two probes may read the GPUs at once (a sweep's groups): the count is read and written under a lock.
+        'exec 9>"$d/lock"; command -v flock >/dev/null && flock 9\n'
         "n=$(cat \"$d/counter\"); last=" + str(len(rounds) - 1) + "\n"
         "i=$(( n < last ? n : last )); echo $((n + 1)) > \"$d/counter\"\n"
         'case " $* " in *" --query-gpu=index,pci.bus_id,"*) cat "$d/bus$i" ;; *) cat "$d/$i" ;; esac\n'

@@ -9,6 +9,7 @@ import pytest
 
 from bot.core.crashes import find_crashes
 from bot.core.diagnose import diagnose
+from bot.core.facts import Kind
 from bot.core.markers import find_markers
 from bot.core.progress import drop_mappings, read_progress
 from bot.core.verdict import Level, Phase
@@ -139,3 +140,45 @@ def test_a_throughput_beside_numbers_that_do_not_grow_is_no_loop():
 def test_a_number_at_a_sentences_end(text, values):
     from bot.core.grammar import fields
     assert [f.value for f in fields(text)] == values
+
+
+@pytest.mark.parametrize("case,start,kind,words", [
+    # bash's `Killed` in a zh_CN locale, under DreamerV3
+    ("cv-dreamerv3-killed-by-oom-killer-after-metrics-write", "已杀死", Kind.KILLED, "已杀死"),
+    # CNTK stops itself: `EXCEPTION occurred: The training criterion is not a number (NAN). Stop`
+    ("misc-cntk-cifar10-nan-criterion-exception-epoch1", "EXCEPTION occurred", Kind.TRACEBACK, "not a number (NAN)"),
+])
+def test_an_end_in_the_words_of_whatever_printed_it(case, start, kind, words):
+    [crash] = find_crashes([line(case, start)])
+    assert crash.kind is kind and words in f"{crash.exc_type} {crash.message}"
+
+
+def test_a_trainers_statement_of_the_error_names_a_traceback_cut_before_its_exception_line():
+    # Chainer: `Exception in main training loop: cudaErrorMemoryAllocation: out of memory`, then a traceback the
+    # paste cuts. Read as "a Python exception".
+    crashes = find_crashes(log("misc-chainer-see-svhn-oom-in-main-training-loop").split("\n"))
+    assert crashes[-1].kind is Kind.OOM and "out of memory" in crashes[-1].message
+
+
+def test_a_sigsegv_is_called_a_segmentation_fault():
+    [crash] = find_crashes(["*** SIGSEGV (@0x0) received by PID 1181 (TID 0x7f) from PID 0; stack trace: ***"])
+    assert "segmentation fault" in crash.message
+
+
+@pytest.mark.parametrize("case,age,phase,words", [
+    # a model class loading, after a bar under `- quantizing 40 transformer blocks` (read as training at 40/40)
+    ("cv-ai-toolkit-wan-lora-loading-umt5-encoder", 60, Phase.LOADING, "UMT5EncoderModel"),
+    # sentence-transformers' evaluator after the epoch's save (read as saving)
+    ("llm-sentence-transformers-uni-rep-epoch-3-ir-evaluation", 180, Phase.EVALUATING, "760/762"),
+    # Kaldi's `Generating training examples on disk` (read as starting)
+    ("cv-kaldi-nnet3-chain-generating-egs-before-iter-0", 180, Phase.PREPARING, "Generating training examples"),
+])
+def test_the_phase_between_steps_in_the_words_that_announce_it(case, age, phase, words):
+    v = diagnose(evidence(log(case), age=age), DefaultRun("r"))
+    assert v.phase is phase and words in v.headline and "step 40" not in v.headline, v.headline
+
+
+def test_a_rank_column_before_the_stamp_is_no_part_of_the_message():
+    from bot.core.grammar import message
+    text = line("llm-sentence-transformers-uni-rep-epoch-3-ir-evaluation", "0 | 2023-06-01 02:22:35,218 - INFO - src.eval")
+    assert message(text).startswith("src.eval : Information Retrieval Evaluation")

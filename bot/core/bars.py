@@ -32,6 +32,7 @@ _ROLE_WORDS = (
     (Role.LOADING, r"(?i)load|shard|weight|checkpoint|\bckpt", "HF's `Loading checkpoint shards`, `Loading weights`"),
     (Role.LOADING, r"(?i)download|fetch", "huggingface_hub's `Fetching 4 files`, `Downloading shards`"),
     (Role.LOADING, r"(?i)materializ|restor|resum", "accelerate's and Lightning's restore / resume"),
+    (Role.LOADING, r"(?i)quantiz", "ai-toolkit's and optimum-quanto's `quantizing 40 transformer blocks` as a model loads"),
     (Role.PREPARING, r"(?i)\bmap\b|filter|group|pack|concat|shuffl|split|generat|datasets?\b",
      "HF datasets' `Map`, `Filter`, `Generating train split`, run_clm's `Grouping texts`, TRL's packing"),
     (Role.PREPARING, r"(?i)token|preprocess|process|prepar|cach|build|index|read|extract|encod|collat",

@@ -32,7 +32,9 @@ _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+
 _KILLED = re.compile(r"(?i)^Killed(?::? 9)?[ \t]*$|^\S.*?:[ \t]+(?:line[ \t]+)?\d+:[ \t]+(?:\d+[ \t]+)?Killed\b"
                      # the shell's `Killed` glued to a last line the process never ended (a spinner's `…time)Killed`)
                      r"|(?<=[^\sA-Za-z])Killed[ \t]*$"
-                     r"|^\w+: killed[ \t]|oom[_-]kill|\bOut of memory: Killed process")
+                     r"|^\w+: killed[ \t]|oom[_-]kill|\bOut of memory: Killed process"
+                     # bash's own `Killed` in a Chinese (zh_CN) locale: DreamerV3 under the OOM killer
+                     r"|^已杀死[ \t]*$")
 _SEGFAULT = re.compile(r"(?i)segmentation fault(?: \(core dumped\))?|\bSIGSEGV\b")
 _FATAL = re.compile(r"(?i)floating point exception(?: \(core dumped\))?|\bbus error(?: \(core dumped\))?"
                     r"|\baborted \(core dumped\)|\billegal instruction(?: \(core dumped\))?")
@@ -57,6 +59,11 @@ _ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
 # Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
 _AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
+# CNTK's end of a run it stops itself: `EXCEPTION occurred: The training criterion is not a number (NAN). Stop`
+_CNTK_EXCEPTION = re.compile(r"^EXCEPTION occurred: (.+)")
+# A trainer's own statement of what failed, printed just before the traceback: Chainer's `Exception in main training
+# loop: cudaErrorMemoryAllocation: out of memory` (a traceback the log cuts before its exception line takes it).
+_STATED = re.compile(r"^Exception in (?!thread\b)[A-Za-z][\w ]{0,40}: (.+)$")
 # The process's exit as whatever ran it reports it: PyCharm's run console (`Process finished with exit code
 # -1073741819 (0xC0000005)`), LSF's job report (`Exited with exit code 1.`).
 _EXIT_LINE = re.compile(r"^(?:Process finished|Exited) with exit code (-?\d+)\b")
@@ -306,6 +313,8 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         kind = _exc_kind(name, what)
         return Crash(kind, name, _trim(what.strip()), rank=_rank_in(what, rank) if kind in (Kind.NCCL_TIMEOUT, Kind.NCCL_ERROR)
                      else rank, line_index=i)
+    if m := _CNTK_EXCEPTION.match(text):
+        return Crash(_exc_kind("", m[1]), None, _trim(m[1]), rank=rank, line_index=i)
     if _OOM_LINE.search(text):
         return Crash(Kind.OOM, None, _trim(text), rank=rank, line_index=i)
     if _HYDRA.search(text):
@@ -329,7 +338,8 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     if m := _KILLED.search(text):
         return Crash(Kind.KILLED, None, _trim(m[0]), rank=rank, signal_hint=_SIGNALS[9], line_index=i)
     if m := _SEGFAULT.search(text):
-        return Crash(Kind.SEGFAULT, None, m[0], rank=rank, signal_hint=_SIGNALS[11], line_index=i)
+        said = m[0] if "segmentation" in m[0].lower() else f"segmentation fault ({m[0]})"  # `*** SIGSEGV (@0x0) received`
+        return Crash(Kind.SEGFAULT, None, said, rank=rank, signal_hint=_SIGNALS[11], line_index=i)
     if m := _FATAL.search(text):
         return Crash(Kind.FATAL, None, m[0], rank=rank, line_index=i)
     if m := _SIGNAL.search(text):
@@ -448,7 +458,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "training early", "uncaught exception", "exception in thread", "exit code", " abort ", "received at time", "error executing job",
+                "training early", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')
@@ -487,11 +497,18 @@ _BARE_EXCEPTION = re.compile(r"^[A-Z]\w*(?:Error|Exception)$")
 
 def _named(c: Crash, lines: Sequence[str]) -> Crash:
     """A traceback cut before its exception line (a paste, a full disk) takes the bare exception name Python
-    printed just before it, when it could not print more (`MemoryError`)."""
-    if c.kind is not Kind.TRACEBACK or c.exc_type is not None:
+    printed just before it, when it could not print more (`MemoryError`), or the trainer's own statement of the
+    error above it (_STATED)."""
+    if c.kind is not Kind.TRACEBACK or c.exc_type is not None or c.message:
         return c
     for text in reversed(lines[max(0, c.line_index - 8):c.line_index]):
         if _BARE_EXCEPTION.match(name := split_rank_prefix(text.strip())[1].strip()):
             return replace(c, exc_type=name)
+    for text in lines[max(0, c.line_index - 2):c.line_index + 1]:
+        if m := _STATED.match(split_rank_prefix(text.strip())[1].strip()):
+            said = m[1].strip()
+            exc = _exception(said)
+            return replace(c, kind=_exc_kind(*exc) if exc else _exc_kind("", said), exc_type=exc[0] if exc else None,
+                           message=_trim(exc[1] if exc else said))
     return c
 

@@ -259,11 +259,11 @@ def _against_counter(bars: Sequence[BarLine], steps: Sequence[Step], lines: Sequ
     line above it announces (PaddleNLP downloads its weights through such a bar), or work we cannot place."""
     total = steps[-1].total if steps else None
     if total is None:
-        # A counting bar (`42it [00:00, 222144.73it/s]`: no description, no total) counts what the line above
-        # it announced when that is a phase of its own (AllenNLP: `Creating a vocabulary …`).
-        # It has no words of its own: the announcement's, cut, say what it counts.
+        # A bar with no description (a counting bar `42it [00:00, 222144.73it/s]`, or ai-toolkit's `40/40` under
+        # `- quantizing 40 transformer blocks`) counts what the line above it announced when that is a phase of
+        # its own (AllenNLP: `Creating a vocabulary …`). It has no words of its own: the announcement's, cut, say what.
         return [replace(b, bar=replace(b.bar, role=said[0], desc=said[1].rstrip(".… ")[:60])) if (
-            b.bar.role is Role.TRAINING and not b.bar.desc and b.bar.total is None
+            b.bar.role is Role.TRAINING and not b.bar.desc
             and (said := _announcement(lines, b.index, bars))[0] is not Role.OTHER) else b for b in bars]
     out = []
     for b in bars:

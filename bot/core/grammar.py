@@ -334,9 +334,11 @@ def strip_stamp(text: str) -> str:
 # --- prefixes and frames --------------------------------------------------------------------
 
 # torchrun (`[rank3]:`, `[default0]:`), mpirun (`[1,3]<stderr>:`, SageMaker's `[1,mpirank:0,algo-1]<stdout>:`)
-# and srun --label (`6: `, only before a bracket: a bare "6: " may be a list).
+# and srun --label (`6: `, only before a bracket: a bare "6: " may be a list), a `0 | ` column before a date.
 RANK_PREFIX = re.compile(r"^[ \t]*(?:\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:"
-                         r"|\[(\d+),mpirank:\d+[^\]]*\]<std(?:out|err)>:|(\d{1,5}): (?=\[)) ?")
+                         r"|\[(\d+),mpirank:\d+[^\]]*\]<std(?:out|err)>:|(\d{1,5}): (?=\[)"
+                         # a rank column before the stamp: `0 | 2023-06-01 02:22:35,218 - INFO - …`
+                         r"|(\d{1,5}) \| (?=\d{4}-\d\d-\d\d)) ?")
 # pdsh: "v100x16-2: …", "192.168.205.202: …", "localhost: …" (lower case: `torch.OutOfMemoryError: …` is no host)
 _HOST_PREFIX = re.compile(r"^[ \t]*(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][a-z0-9-]{0,30}\d[a-z0-9-]*(?:\.[a-z0-9-]+)*):(?: (?=\S)|[ \t]*$)")
 
@@ -345,7 +347,7 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """Strip torchrun (`[rank3]:`, `[default0]:`) and mpirun (`[1,3]<stderr>:`) line prefixes."""
     rank = None
     while m := RANK_PREFIX.match(text):
-        value = m[1] or m[2] or m[3] or m[4]
+        value = m[1] or m[2] or m[3] or m[4] or m[5]
         rank = int(value) if rank is None and len(value) < 7 else rank
         text = text[m.end():]
     return rank, text

@@ -127,7 +127,10 @@ _SAVED = re.compile(r"(?i)successfully saved|finished saving|done saving|saving 
 _EVAL = re.compile(r"(?i)\*+[ \t]*Running (?:Evaluation|Prediction)|\bRunning (?:evaluation|validation|inference)\b"
                    r"|^(?:Evaluating|Validating)\b|\bStart inference on\b|\bstart(?:ing)? (?:evaluation|validation)\b"
                    r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?[ \t]*(?::|\.\.\.|…|$)"
-                   r"|\bEvaluate in main process\b")
+                   r"|\bEvaluate in main process\b"
+                   # sentence-transformers' evaluators: `Information Retrieval Evaluation on msmarco_dev_small dataset`,
+                   # a loop's own `Epoch 3 evaluation <…Evaluator object…>`
+                   r"|\b(?:evaluation|validation) on\b(?![^:]*:[ \t]*\d)|^epoch \d+ (?:evaluation|validation)\b")
 _EVALUATED = re.compile(r"""(?i)^\{['"]eval_|\*+ eval metrics \*+|validation loss at iteration|\bvalid on '.*' subset \|"""
                         r"|\bInference done\b|\bevaluation (?:results|done|finished)\b|^Average forward time\b"
                         r"|\bTotal inference time\b|\bval(?:idation)?[_ ]loss\b|\bEvaluation Epoch\b")
@@ -139,11 +142,16 @@ _LOAD = re.compile(r"(?i)^loading (?:checkpoint|model|weights|pretrained|state)|
                    # mmcv/MMEngine: `load checkpoint from local path: …/stripnet_t.pth`, `load model from: …`
                    r"\bload (?:checkpoint|model|weights|pretrained(?: model)?) from\b|"
                    r"\bloading (?:the )?(?:checkpoint|model|weights) (?:from|shards)\b|\bresuming from checkpoint\b|"
-                   r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b")
+                   r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b"
+                   # a model class by its name (ai-toolkit's `Loading UMT5EncoderModel`, diffusers' `Loading pipeline
+                   # components`), or quantized as it loads (`- quantizing 40 transformer blocks`)
+                   r"|^loading (?-i:[A-Z][A-Za-z0-9]*(?:Model|Encoder|Decoder|Pipeline|Transformer\w*|VAE|UNet\w*))\b|\bquantizing\b")
 _PREPARE = re.compile(r"(?i)\bbuilding (?:GPT |train|the |\w+ )?(?:datasets?|indices|index|vocab)|> building\b|"
                       # pycocotools under every COCO trainer (`creating index...`), AllenNLP's `Creating a vocabulary`
                       r"\bcreating (?:a |the )?(?:index|vocab(?:ulary)?|dictionary)\b|"
-                      r"\b(?:tokeniz|preprocess)ing\b|\bloading (?:the )?(?:dataset|data)\b|\bprepar(?:e|ing) (?:the )?data")
+                      r"\b(?:tokeniz|preprocess)ing\b|\bloading (?:the )?(?:dataset|data)\b|\bprepar(?:e|ing) (?:the )?data"
+                      # Kaldi's egs: `get_egs.sh: Generating training examples on disk`
+                      r"|\bgenerating (?:\w+ )?(?:examples|egs|samples|features|shards)\b")
 # torch.distributed.elastic's agent: `[default] Worker group FAILED. 3/3 attempts left; will restart worker group`.
 _RESTART = re.compile(r"(?i)\bwill restart worker group\b")
 _TRAIN = re.compile(r"(?i)\*+[ \t]*Running training[ \t]*\*+|\bStarting training\b|\bstart(?:ing)? training\b|\bbegin training\b")
@@ -163,7 +171,7 @@ _WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoi
           "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
           "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
           "exit status", "download", "resum", "average forward", "restart", "execution time", "running time",
-          "elapsed time", "clock time", "constant folding", "constant-folding", "creating")  # END_WORDS' `Total … time` lines
+          "elapsed time", "clock time", "constant folding", "constant-folding", "creating", "quantiz", "generating")  # END_WORDS' `Total … time` lines
 
 
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save
