@@ -182,3 +182,27 @@ def test_a_rank_column_before_the_stamp_is_no_part_of_the_message():
     from bot.core.grammar import message
     text = line("llm-sentence-transformers-uni-rep-epoch-3-ir-evaluation", "0 | 2023-06-01 02:22:35,218 - INFO - src.eval")
     assert message(text).startswith("src.eval : Information Retrieval Evaluation")
+
+
+def test_a_loop_that_reports_only_its_validation_stands_at_that_epoch():
+    # Theano's alexnet: `epoch 35: validation loss nan` / `validation error nan %`, and no training line (read
+    # as "no steps yet").
+    v = diagnose(evidence(log("misc-theano-alexnet-windows-validation-nan-epoch-35"), age=15), DefaultRun("r"))
+    assert v.phase is Phase.TRAINING and "epoch 35" in v.headline, v.headline
+
+
+def test_an_evaluation_series_beside_a_training_one_stays_an_evaluation():
+    lines = [x for n in range(3, 7) for x in (f"epoch {n} step 100 loss 0.{n}", f"epoch {n}: validation loss 0.{n + 1}")]
+    last = read_progress(lines).steps[-1]
+    assert (last.epoch, last.step, last.loss) == (6, 100, 0.6)
+
+
+def test_the_last_line_is_shown_without_its_clock():
+    # InternVL's ranks stuck after DeepSpeed's init: the phone's 60 characters showed the stamp and `[INFO]…`.
+    v = diagnose(evidence(log("llm-internvl-deepspeed-4-ranks-stuck-after-init-distributed"), age=25 * 60), DefaultRun("r"))
+    assert v.level is Level.CRIT and "init_distributed" in v.headline, v.headline
+
+
+def test_hfs_train_metrics_table_says_the_runs_figures():
+    v = diagnose(evidence(log("llm-firefly-qwen1.5-14b-lora-train-metrics-loss-4.8e9"), age=300, writers=()), DefaultRun("r"))
+    assert v.phase is Phase.FINISHED and "train_loss 4.784e+09" in v.headline and "3:32:59" in v.headline, v.headline

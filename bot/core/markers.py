@@ -68,6 +68,8 @@ _ENDS = re.compile("(?i)" + "|".join(f"(?:{pattern})" for pattern, _ in END_WORD
 _TRAIN_RUNTIME = re.compile(r"""['"]train_runtime['"]\s*:\s*['"]?([\d.]+)""")
 _TRAIN_LOSS = re.compile(r"""['"]train_loss['"]\s*:\s*['"]?([\d.]+(?:e-?\d+)?)""")
 _DS_EXITS = re.compile(r"Process \d+ exits successfully")
+_METRICS_TABLE = re.compile(r"\*{3,} train metrics \*{3,}")
+_METRICS_ROW = re.compile(r"^[ \t]+(train_loss|train_runtime)[ \t]+=[ \t]+([\d.:eE+-]+)[ \t]*$")
 
 
 def end_reason(marker: Marker, lines: Sequence[str]) -> str:
@@ -76,6 +78,11 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
         n = sum(1 for x in lines if _DS_EXITS.search(x))
         return _DS_EXITS.search(marker.text)[0] if n == 1 else f"{n} processes exited successfully"
     text = message(marker.text)
+    if _METRICS_TABLE.search(text):  # HF's table under `***** train metrics *****`: its rows say the run's figures
+        rows = dict(m.groups() for x in lines[marker.index + 1:marker.index + 12] if (m := _METRICS_ROW.match(x)))
+        said = [f"train_loss {float(rows['train_loss']):.4g}" if "train_loss" in rows else "",
+                f"runtime {rows['train_runtime']}" if "train_runtime" in rows else ""]
+        return ", ".join(x for x in said if x) or "train metrics"
     if runtime := _TRAIN_RUNTIME.search(text):  # HF Trainer's final metrics dict: say what it means
         loss = _TRAIN_LOSS.search(text)
         took = float(runtime[1])

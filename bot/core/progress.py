@@ -139,6 +139,16 @@ def _leading_counter(fs: Sequence[Field]) -> bool:
     return bool(fs) and _leading(fs[0], 0) and len(fs) >= 2 and (_metric(fs) or any(not f.is_int and f.finite for f in fs[1:]))
 
 
+def _epoch_column(group: Sequence[_Line]) -> int | None:
+    """Where an epoch field stands in these lines, when it advances from line to line."""
+    width = min(len(line.fields) for line in group)
+    for i in range(width):
+        column = [line.fields[i] for line in group]
+        if column[-1].word in EPOCH_KEYS and all(f.is_int for f in column) and _advancing([f.value for f in column]):
+            return i
+    return None
+
+
 def _rated_count(fs: Sequence[Field]) -> bool:
     """A line that may be a loop's report though it names no counter: a throughput beside whole numbers, one of
     which may be the total done so far (Sample Factory's `Fps is (10 sec: 19622.1, …). Total num frames: 438272.`)."""
@@ -495,11 +505,14 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
     # alone, or lines with a loss but no counter (HF's dicts), only when nothing better is there.
     ranked: list[tuple[int, int, list[_Line], int | None]] = []
     evaluation: _Line | None = None
+    by_epoch: list[tuple[int, int, list[_Line], int | None]] = []  # evaluation series counted by an advancing epoch
     for tpl, group in groups.items():
         if _evaluation(tpl, group[-1].fields):
             last = group[-1]
             if any(f.total is not None and f.is_int for f in last.fields) and (evaluation is None or last.index > evaluation.index):
                 evaluation = last
+            if (epoch := _epoch_column(group)) is not None:
+                by_epoch.append((2, last.index, group, epoch))
             continue
         if rule is not None and tpl[:MAX_TEMPLATE] == rule.template:
             # Learned at earlier looks: the number that advanced between them counts, one line is enough.
@@ -516,6 +529,9 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
             continue  # one `step 3` in prose is not a loop
         rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and (has_loss or header) else 2
         ranked.append((rank, group[-1].index, group, counter))
+    # A loop that reports only its validation, epoch by epoch (Theano's `epoch 35: validation error nan %`): with
+    # no training series, that epoch is the loop's.
+    ranked = ranked or by_epoch
     if not ranked:
         return _Found(3, None, None, groups, evaluation, _sightings(by_template, None))
     best_rank = min(r for r, *_ in ranked)

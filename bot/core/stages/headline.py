@@ -11,6 +11,7 @@ from bot.core import humanize as hz
 from bot.core.evidence import Evidence
 from bot.core.facts import Kind, Process, Step
 from bot.core.gpus import GpuReport
+from bot.core.grammar import strip_stamp
 from bot.core.progress import announced_at, final_count
 from bot.core.stages import findings as fd
 from bot.core.stages import words
@@ -79,7 +80,7 @@ def _last_line(ev: Evidence) -> str:
     from bot.core.redact import redact_lines
 
     last = next((x for x in reversed(redact_lines(ev.lines[-40:])) if x.strip()), "")
-    return hz.trim(last, 60)
+    return hz.trim(strip_stamp(last.strip()) or last, 60)  # a phone's 60 characters are for the words, not the clock
 
 
 class Described(NamedTuple):
