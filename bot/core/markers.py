@@ -173,12 +173,14 @@ _NOT_ANNOUNCEMENT = re.compile(r'^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exceptio
 # Where an announcement stands, most telling first: "epoch 0, global step 1000" is at step 1000.
 _STEPS = tuple(re.compile(p, re.I) for p in (r"checkpoint[-_](\d+)", r"global[_ ]?step[ _=:]*(\d+)", r"iteration[ \t]+(\d+)",
                                                r"\bstep[ _=:-]*(\d+)", r"\biter_0*(\d+)", r"\bepoch[ _=:-]*(\d+)"))
-# Every announcement and every END_WORDS entry holds one of these (tests/test_causes_and_ends.py checks it on real lines).
+# Every announcement and every END_WORDS entry holds one of these (tests/test_causes_and_ends.py checks it on real
+# lines, and on every line of the corpora an announcement's regex matches): a line with none is skipped unread.
 _WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoint", "writing", "evaluat", "validat",
           "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
           "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
           "exit status", "download", "resum", "average forward", "restart", "execution time", "running time",
-          "elapsed time", "clock time", "constant folding", "constant-folding", "creating", "quantiz", "generating")  # END_WORDS' `Total … time` lines
+          "elapsed time", "clock time", "constant folding", "constant-folding", "creating", "quantiz", "generating",
+          "eval", "val_loss", "val loss", "valid on", "ready now")  # END_WORDS' `Total … time` lines
 
 
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save
@@ -210,6 +212,9 @@ def find_markers(lines: Sequence[str]) -> tuple[Marker, ...]:
         return ()
     out = []
     for i, shown in enumerate(lines):
+        lowered = shown.lower()
+        if not any(w in lowered for w in _WORDS):
+            continue  # a line with none of the words cannot hold an announcement: most lines, at a substring's cost
         own = strip_host_prefix(split_rank_prefix(shown)[1])
         line = own.strip()
         if (not line or (_INDENTED.match(own) and not _RICH_RECORD.match(own)) or _NOT_ANNOUNCEMENT.search(line)
