@@ -310,3 +310,20 @@ def test_every_announcement_in_the_corpora_holds_one_of_the_prefilter_words():
                     w in line.lower() for w in markers._WORDS):
                 missed.append((log.parent.name, text[:80]))
     assert missed == []
+
+
+def test_each_announcement_pattern_is_tried_only_on_lines_with_its_words_and_none_is_missed():
+    """_kind tries a pattern only on a line holding one of its words (markers._KINDS, END_GATE): every line of
+    every corpus log the pattern matches holds one."""
+    from bot.core import markers
+    from bot.core.grammar import message
+
+    patterns = [("ended", markers._ENDS, markers.END_GATE)] + [(k.value, p, w) for k, p, w in markers._KINDS]
+    missed = set()
+    for log in sorted((Path(__file__).parent / "fixtures").glob("*/*/log")):
+        for line in log.read_text(errors="replace").replace("\r", "\n").split("\n"):
+            for text in {line.strip(), message(line.strip())}:
+                lowered = text.lower()
+                missed |= {(name, text[:80]) for name, pattern, words in patterns
+                           if len(text) <= 1500 and pattern.search(text) and not any(w in lowered for w in words)}
+    assert missed == set()
