@@ -85,3 +85,18 @@ def test_a_save_as_long_as_the_runs_last_one_is_over():
     whole = text[:text.rindex("Model weights saved in")] + block.replace("checkpoint-768", "checkpoint-800") + "\n"
     v = diagnose(evidence(whole, age=20), DefaultRun("r"))
     assert v.phase is Phase.TRAINING, v.headline
+
+
+@pytest.mark.parametrize("age,phase,level", [(10, Phase.TRAINING, Level.OK), (15 * 60, Phase.SILENT, Level.CRIT)])
+def test_an_evaluation_lines_epoch_count_is_no_pass_in_progress(age, phase, level):
+    # Catalyst: `2/4 * Epoch 2 (valid): … loss=1.4724` is epoch 2 of 4's finished validation. Read as a validation
+    # at 50 % (2/4) that never ended: no alert 15 minutes on.
+    v = diagnose(evidence(log("misc-catalyst-check-dl-epoch-2-of-4-valid"), age=age), DefaultRun("r"))
+    assert (v.phase, v.level) == (phase, level) and "epoch 2" in v.headline, v.headline
+
+
+def test_an_evaluation_line_with_its_own_fraction_is_still_a_pass_in_progress():
+    # MMEngine's `Epoch(val) [20][200/1160]`: the pass's own count beside the epoch's (round 3's real log).
+    text = (ROUND5.parent / "round3" / "misc-mmengine-yoloworld-val-after-epoch20" / "log").read_text(errors="replace")
+    v = diagnose(evidence(text, age=10), DefaultRun("r"))
+    assert v.phase is Phase.EVALUATING and "200/1160" in v.headline, v.headline

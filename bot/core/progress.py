@@ -139,6 +139,14 @@ def _leading_counter(fs: Sequence[Field]) -> bool:
     return bool(fs) and _leading(fs[0], 0) and len(fs) >= 2 and (_metric(fs) or any(not f.is_int and f.finite for f in fs[1:]))
 
 
+def _pass_fraction(fs: Sequence[Field]) -> bool:
+    """An evaluation line that says how far its pass got: an n/total that is not the epoch's own count (Catalyst's
+    `2/4 * Epoch 2 (valid): … loss=1.4724` reports epoch 2 of 4's finished validation, not a pass at 50 %)."""
+    epoch = _epoch_field(fs)
+    return any(f.total is not None and f.is_int and not (epoch is not None and f is not epoch and f.value == epoch.value)
+               for f in fs)
+
+
 def _epoch_column(group: Sequence[_Line]) -> int | None:
     """Where an epoch field stands in these lines, when it advances from line to line."""
     width = min(len(line.fields) for line in group)
@@ -509,7 +517,7 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
     for tpl, group in groups.items():
         if _evaluation(tpl, group[-1].fields):
             last = group[-1]
-            if any(f.total is not None and f.is_int for f in last.fields) and (evaluation is None or last.index > evaluation.index):
+            if _pass_fraction(last.fields) and (evaluation is None or last.index > evaluation.index):
                 evaluation = last
             if (epoch := _epoch_column(group)) is not None:
                 by_epoch.append((2, last.index, group, epoch))
