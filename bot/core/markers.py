@@ -173,16 +173,6 @@ _NOT_ANNOUNCEMENT = re.compile(r'^[ \t]*File "|^[A-Za-z_][\w.]*(?:Error|Exceptio
 # Where an announcement stands, most telling first: "epoch 0, global step 1000" is at step 1000.
 _STEPS = tuple(re.compile(p, re.I) for p in (r"checkpoint[-_](\d+)", r"global[_ ]?step[ _=:]*(\d+)", r"iteration[ \t]+(\d+)",
                                                r"\bstep[ _=:-]*(\d+)", r"\biter_0*(\d+)", r"\bepoch[ _=:-]*(\d+)"))
-# Every announcement and every END_WORDS entry holds one of these (tests/test_causes_and_ends.py checks it on real
-# lines, and on every line of the corpora an announcement's regex matches): a line with none is skipped unread.
-_WORDS = ("exit", "train", "done", "complet", "finish", "stop", "sav", "checkpoint", "writing", "evaluat", "validat",
-          "test", "sanity", "infer", "dynamo", "inductor", "compil", "autotun", "extension", "ninja", "load", "build",
-          "tokeniz", "preprocess", "prepar", "all done", "wall time", "epochs completed", "overall training",
-          "exit status", "download", "resum", "average forward", "restart", "execution time", "running time",
-          "elapsed time", "clock time", "constant folding", "constant-folding", "creating", "quantiz", "generating",
-          "eval", "val_loss", "val loss", "valid on", "ready now", "run time")  # END_WORDS' `Total … time` lines
-
-
 # The announcements in the order they are tried: "Saved checkpoint" is saved before it is saving, a save
 # names a checkpoint that loading would claim, an evaluation's results before the evaluation.
 # Each with the words every line its pattern matches holds (lower case): a line without them is not tried — a
@@ -197,7 +187,11 @@ _KINDS = ((Mark.RESTARTING, _RESTART, ("restart",)),
           (Mark.COMPILING, _COMPILE, ("dynamo", "inductor", "compil", "autotun", "extension", "ninja", "constant")),
           (Mark.LOADING, _LOAD, ("load", "resum", "quantiz")),
           (Mark.PREPARING, _PREPARE, ("build", "creat", "tokeniz", "preprocess", "load", "prepar", "generat")))
-END_GATE = ("exit", "train", "done", "complet", "finish", "stop", "sav", "time", "final")  # every END_WORDS line's
+# Every END_WORDS line holds one of these (its `Total … time` lines by their phrase: "time" alone is in most step lines).
+END_GATE = ("exit", "train", "done", "complet", "finish", "stop", "sav", "execution time", "run time", "running time",
+            "elapsed time", "wall time", "clock time")
+# A line with none of any pattern's words holds no announcement and no end: find_markers skips it unread.
+_WORDS = tuple(dict.fromkeys(END_GATE + tuple(w for _, _, words in _KINDS for w in words)))
 
 
 def _kind(text: str) -> Mark | None:

@@ -403,6 +403,7 @@ def fold_tables(lines: Sequence[str]) -> Sequence[str]:
 # word a key, in a block (blank lines and comments within it) with words among its values. Its numbers are settings (`CENTER_LOSS_WEIGHT: 0.0005`).
 _MAPPING_ROW = re.compile(r"^[ \t]+[A-Za-z_][\w.-]*:[ \t]+(\S.*)$")
 MAPPING_ROWS = 3
+_NUMBERS_ONLY = re.compile(r"[-+\d.eE,\[\] ]+$")  # a value that is numbers alone (`[256, 128]`, `0.5`)
 
 
 def drop_mappings(lines: Sequence[str]) -> Sequence[str]:
@@ -414,7 +415,7 @@ def drop_mappings(lines: Sequence[str]) -> Sequence[str]:
             continue
         if run and i < len(lines) and (not text.strip() or text.lstrip().startswith("#")):
             continue  # a blank line or a comment inside the block
-        if len(run) >= MAPPING_ROWS and any(not re.match(r"[-+\d.eE,\[\] ]+$", value) for _, value in run):
+        if len(run) >= MAPPING_ROWS and any(not _NUMBERS_ONLY.match(value) for _, value in run):
             out = list(lines) if out is None else out
             for k, _ in run:
                 out[k] = ""
@@ -459,10 +460,11 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None],
 
 def _sighting(tpl: str, raw: str) -> Sighting | None:
     """A template's newest line as the next look will compare it: its numbers, and which could count a loop."""
-    if _evaluation(tpl, fields(clean(raw))) or _NOT_PROGRESS.search(text := clean(raw)) or _IS_BAR.search(text):
+    text = clean(raw)
+    if _NOT_PROGRESS.search(text) or _IS_BAR.search(text):
         return None
     fs = fields(text, MAX_FIELDS + 1)
-    return _sighted(tpl, fs) if fs and len(fs) <= MAX_FIELDS else None
+    return _sighted(tpl, fs) if fs and len(fs) <= MAX_FIELDS and not _evaluation(tpl, fs) else None
 
 
 def _sighted(tpl: str, fs: Sequence[Field]) -> Sighting:

@@ -21,6 +21,7 @@ _MARK_PHASES = {Mark.SAVING: Phase.SAVING, Mark.EVALUATING: Phase.EVALUATING, Ma
                 Mark.LOADING: Phase.LOADING, Mark.PREPARING: Phase.PREPARING, Mark.TRAINING: Phase.STARTING,
                 Mark.RESTARTING: Phase.STARTING}
 _CLOSES = {Mark.SAVING: Mark.SAVED, Mark.EVALUATING: Mark.EVALUATED}
+_SEPARATOR = re.compile(r"[-=_*#~]{10,}\Z")  # a rule line: the section above it is over
 # Crashes that are the launcher tearing the others down, not a failure of their own.
 _TEARDOWN = re.compile(r"(?i)SIGTERM|closing signal|death signal|terminat")
 # Lightning's start-up lines; its rich progress bar (the default with `rich` installed) writes nothing to a file.
@@ -141,12 +142,9 @@ def _open_marker(ev: Evidence, after: int) -> Marker | None:
             current = None
         elif m.kind in _MARK_PHASES:
             current = m
-    if current is not None and current.kind in _CLOSES and any(_RULE.match(message(x)) for x in ev.lines[current.index + 1:]):
+    if current is not None and current.kind in _CLOSES and any(_SEPARATOR.match(message(x)) for x in ev.lines[current.index + 1:]):
         return None  # a separator drawn after it closes its section (flair: `saving best model`, then `-----`)
     return current
-
-
-_RULE = re.compile(r"[-=_*#~]{10,}\Z")
 
 
 _SAVES = (Mark.SAVING, Mark.SAVED)
