@@ -42,6 +42,15 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _target(pid: int, fd: str) -> str:
+    """Where a process's descriptor points, or "" when it closed it since it was listed (python opens and closes
+    files as it starts: the listing races it)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return ""
+
+
 def _wait_for(what, timeout: float = 5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -67,8 +76,7 @@ def ct_namespaces(state: Path, cts: Sequence[tuple[int, str, Path | None]]) -> I
             init = _wait_for(lambda: (_children(proc.pid) or [None])[0])
             train = _wait_for(lambda: (_children(init) or [None])[0])
             if log is not None:  # the python has opened its checkpoint once /proc shows it
-                _wait_for(lambda: any(os.path.realpath(f"/proc/{train}/fd/{fd}").endswith(".ckpt")
-                                      for fd in _fds(train)))
+                _wait_for(lambda: any(_target(train, fd).endswith(".ckpt") for fd in _fds(train)))
             (state / f"{vmid}.pid").write_text(str(init))
             (state / f"{vmid}.running").write_text(name)
             made.append(CtProcess(vmid, init, train, proc))
