@@ -12,11 +12,12 @@ to its last probe, or cut at 90 % of check_every as the scheduled job cuts it (i
 next sweep). Each run is probed when its look is due (bot.core.cadence): with `--silence-after 30s` every
 sweep, with "10m" a steady run every 150 s. From the second sweep on, 50 questions about 50 runs (the Slack
 app's path through the one scheduler) arrive 0.2 s into the sweep, all at once or one every
-`--ask-spread / asks` seconds. Then the probe script's own cost is taken apart.
+`--ask-spread / asks` seconds; about the next runs along each sweep, or with `--ask-same` the same runs every
+sweep. The probes' CPU is this process's children's and, for SSH runs, the sshd servers' trees'. Then the probe script's own cost is taken apart.
 
     .venv/bin/python bench/watchdog.py [--runs 500] [--ssh-runs 500] [--hosts 5] [--cts 50] [--asks 50]
                                        [--every 10] [--seconds 120] [--log-kib 256] [--silence-after 30s]
-                                       [--ask-spread 0] [--settle 0]
+                                       [--ask-spread 0] [--ask-same] [--settle 0]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from bot.service.state_file import StateFile
 from bot.probe.targets import Targets
 from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
+from bot.demo.lab.sshd import descendants
 from tests.sshd import SshLab
 
 WRITER = r"""
@@ -75,6 +77,20 @@ class CountingChat:
 def cpu(who: int) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
+
+
+def tree_cpu(roots: list[int]) -> float:
+    """CPU seconds of the sshd servers and everything under them, the children they have reaped included: the SSH
+    probes' bash runs under sshd, not under this process, so RUSAGE_CHILDREN never sees it while the servers live."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in [p for root in roots for p in (root, *descendants(root))]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone since the listing: its time is in its parent's reaped children
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / ticks
 
 
 def make_runs(folder: Path, n: int, log_kib: int, ssh: list | None = None, ssh_runs: int = 0,
@@ -185,11 +201,13 @@ async def _bench(args, folder: Path, servers: list) -> dict:
                 next_at = max(t + args.every, time.monotonic())
             del lags[:]
             started = time.monotonic()
-        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+        sshds = [s.proc.pid for s in servers if s.proc is not None]
+        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN) + tree_cpu(sshds)
         while time.monotonic() - started < args.seconds:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             t = time.monotonic()
-            questions = (asyncio.create_task(ask(wd, registry, names[len(sweeps)::max(1, len(names) // args.asks)][:args.asks],
+            offset = 0 if args.ask_same else len(sweeps)  # the same runs each sweep, or the next ones along
+            questions = (asyncio.create_task(ask(wd, registry, names[offset::max(1, len(names) // args.asks)][:args.asks],
                                                 asks, ask_lags, lags, args.ask_spread))
                          if sweeps and args.asks else None)
             report = await wd.sweep(wait=args.every * 0.9)  # as the scheduled job: cut at 90 % of check_every
@@ -200,7 +218,7 @@ async def _bench(args, folder: Path, servers: list) -> dict:
             carried.append(report.carried)
             next_at = max(t + args.every, time.monotonic())  # coalesced: a late sweep is not run twice
         wall = time.monotonic() - started
-        self_cpu, kids_cpu = cpu(resource.RUSAGE_SELF) - self0, cpu(resource.RUSAGE_CHILDREN) - kids0
+        self_cpu, kids_cpu = cpu(resource.RUSAGE_SELF) - self0, cpu(resource.RUSAGE_CHILDREN) + tree_cpu(sshds) - kids0
         statuses = {}
         for state in wd.states.values():
             statuses[state.status.value] = statuses.get(state.status.value, 0) + 1
@@ -262,6 +280,9 @@ def main() -> int:
                     help="seconds between each log's step lines (3: production; 3600: quiet logs, an unchanged look each)")
     ap.add_argument("--silence-after", default="30s", help="every run's silence_after (its look budget: bot.core.cadence)")
     ap.add_argument("--ask-spread", type=float, default=0.0, help="seconds the questions are spread over (0: all at once)")
+    ap.add_argument("--ask-same", action="store_true",
+                    help="ask about the same runs every sweep (a team asking after its own runs; default: each sweep "
+                         "the next runs along, so ever more runs are on the every-sweep cadence of runs asked about)")
     ap.add_argument("--settle", type=float, default=0.0,
                     help="seconds of sweeps before measuring (the first look at every run: with a long silence_after, "
                          "the steady state comes after it)")
@@ -296,7 +317,7 @@ def main() -> int:
           f"(the bot itself: {bot_share:.1%}; with its probes: {bot_share + probe_share:.1%})")
     costs = {name.split()[0]: ms for name, ms in r["costs"]}
     print(f"RESULT runs={total} local={args.runs} ssh={args.ssh_runs} cts={args.cts} every_s={args.every:g} "
-          f"silence_after={args.silence_after} ask_spread_s={args.ask_spread:g} settle_s={args.settle:g} "
+          f"silence_after={args.silence_after} ask_spread_s={args.ask_spread:g} ask_same={int(args.ask_same)} settle_s={args.settle:g} "
           f"looked_p50={statistics.median(r['looked']):.0f} carried_max={max(r['carried'])} "
           f"sweeps={len(sweeps)} sweep_p50_s={p50:.2f} sweep_p99_s={p99:.2f} "
           f"bot_cpu_pct={bot_share * 100:.1f} probe_cpu_pct={probe_share * 100:.1f} rss_mb={r['rss_mb']:.0f} "
