@@ -44,7 +44,7 @@ _JOB = re.compile(r"line \d+:[ \t]+\d+[ \t]+(Hangup|Terminated|Interrupt|Quit|Ki
                   r"|^\[\d+\][ \t]+[+-]?[ \t]*\d+[ \t]+(hangup|terminated|interrupt|quit|killed|abort|segmentation fault|bus error)[ \t]")
 _JOB_NAMES = {"abort": "Aborted"}  # zsh's lower-case words, as bash says them
 _SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death signal|received signal (SIG\w+)"
-                     r"|Signal (\d+) \((SIG\w+)\) received|Received (SIG\w+) death signal"
+                     r"|Signal (\d+) \((SIG\w+)\) received|Received (?:Signals\.)?(SIG\w+) death signal"
                      # abseil's failure-signal handler (Ray, TensorFlow, JAX): `*** SIGTERM received at time=… ***`
                      r"|\*\*\* (SIG\w+) received at time=")
 # A process's own report of the signal that kills it (Open MPI's and libSegFault's handlers), indented under its
@@ -56,6 +56,12 @@ _OOM_LINE = re.compile(r"(?i)^CUDA (?:status )?Error: out of memory\b")
 _HYDRA = re.compile(r"^Error executing job with overrides:")
 # Not Lightning's `[rank: 0] Received SIGTERM: 15`: NeMo under SLURM prints it at start-up and trains on.
 _ASSERT = re.compile(r"Assertion `(.{1,200}?)` failed")
+# LSF's account of why it ended a job, above its `Exited with exit code N.`: `TERM_RUNLIMIT: job killed after
+# reaching LSF run time limit.` (TERM_MEMLIMIT, TERM_OWNER, TERM_ADMIN… — every reason has the prefix).
+_LSF_TERM = re.compile(r"^TERM_([A-Z_]+): (.{1,200}?)\.?[ \t]*$")
+# glog's fatal severity (LOG(FATAL), CHECK failures: Paddle, Caffe, MXNet, TensorFlow's C++): the process aborts
+# after printing it. `F0109 01:49:19.022586   845 hl_cuda_device.cc:273] Check failed: … Cuda Error: out of memory`
+_GLOG_FATAL = re.compile(r"^F\d{4} \d\d:\d\d:\d\d(?:\.\d+)?[ \t]+\d+[ \t]+([\w./-]+:\d+)\][ \t]*(.+)$")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
 # Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
 _AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
@@ -320,6 +326,12 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     if _HYDRA.search(text):
         said = next((t.strip() for t in following[:3] if t.strip()), "")
         return Crash(Kind.TRACEBACK, None, _trim(said or text), rank=rank, line_index=i)
+    if m := _LSF_TERM.match(text):
+        return Crash(Kind.CANCELLED, None, f"killed by LSF ({m[1]}): {m[2]}", rank=rank, line_index=i)
+    if m := _GLOG_FATAL.match(text):
+        said = m[2].strip()
+        kind = Kind.OOM if "out of memory" in said.lower() else Kind.FATAL
+        return Crash(kind, None, _trim(f"{said} ({m[1]})"), rank=rank, line_index=i)
     if m := _CANCELLED.search(text):
         why = (m[1] or "").strip().lower()
         return Crash(Kind.CANCELLED, None, f"cancelled by the job scheduler{f' due to {why}' if why else ''} ({m[0].strip('* ')})",
@@ -458,6 +470,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
+                "term_", "check failure stack trace",
                 "training early", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
@@ -469,13 +482,26 @@ def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:
     return any(word in text for word in words)
 
 
+# A progress bar's frame up to its closing `]` (` 22%|██▏  | 11/50 [1:55:26<6:49:05, 629.37s/it]`): a bar draws on
+# stderr without a newline, so whatever another writer prints next (slurmstepd, torchrun's agent, the shell) is
+# glued after it, on the bar's line.
+_BAR_FRAME = re.compile(r"^[^|\n]{0,80}\|[^|\n]{0,200}\|[ \t]*[\d.]+[kMG]?/[\d.?]+[kMG]?[ \t]*\[[^\]\n]{0,120}\]")
+
+
+def after_bar(text: str) -> str:
+    """The text glued after a bar's frame on its line, or the line itself when none is."""
+    if "|" not in text or (m := _BAR_FRAME.match(text)) is None or not (rest := text[m.end():].strip()):
+        return text
+    return rest
+
+
 def find_crashes(lines: Sequence[str]) -> list[Crash]:
     """Every crash signature in `lines`, in order of the line where each starts."""
     if not _mentions(_CRASH_WORDS, lines):
         return []
     streams: dict[str, list[tuple[int, int | None, str]]] = {}
     for i, raw in enumerate(lines):
-        text = strip_host_prefix(last_frame(strip_ansi(raw)).rstrip())
+        text = after_bar(strip_host_prefix(last_frame(strip_ansi(raw)).rstrip()))
         prefix = m[0].strip() if (m := RANK_PREFIX.match(text)) else ""
         rank, text = split_rank_prefix(text)
         streams.setdefault(prefix, []).append((i, rank, text.rstrip()))

@@ -340,6 +340,10 @@ def _progress(steps: tuple[Step, ...], lines: Sequence[str], bars: Sequence[BarL
     # the loss; kohya: the bar carries avr_loss, the epoch lines the epoch).
     lead, other = (frames_, steps) if frames_[-1].index > steps[-1].index else (steps, frames_)
     last, aside = lead[-1], other[-1]
+    if aside.total and (aside.step or 0) >= aside.total and _moved_since(lead, aside.index) >= 3:
+        # The other series ended at its total and the lead's counter moved on three times since: an earlier phase
+        # (a warm-up's `Epoch 10/10` bar before fifty federated rounds), not this loop's other half.
+        return lead
     filled = replace(
         last,
         step=last.step if last.step is not None else aside.step,
@@ -353,6 +357,12 @@ def _progress(steps: tuple[Step, ...], lines: Sequence[str], bars: Sequence[BarL
         rate_unit=last.rate_unit if last.rate is not None else aside.rate_unit,
     )
     return (*lead[:-1], filled)
+
+
+def _moved_since(series: Sequence[Step], index: int) -> int:
+    """How many times the series' counter advanced after line `index`."""
+    after = [s.step for s in series if s.index > index and s.step is not None]
+    return sum(1 for a, b in zip(after, after[1:]) if b > a)
 
 
 def _with_epoch_loss(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Step, ...]:
@@ -393,6 +403,37 @@ def _with_next_epoch(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Ste
                         step=None if per_epoch else last.step, total=None if per_epoch else last.total, rate=None, loss=None,
                         stamp=None, fmt="announced")
         return (*steps, begun)
+    return steps
+
+
+# A counter's header: its word and n/total alone on a line, between decorations (`Round 48/50`,
+# `--- Iteration 71/75 ---`, `=== Epoch 3 of 10 ===`). The loop prints it as each pass begins.
+_HEADER = re.compile(r"(?i)^[\W_]*(epoch|round|iteration|iter|episode|generation|trial|fold|stage|cycle)[ \t]*[:#]?[ \t]*"
+                     r"(\d+)[ \t]*(?:/|of)[ \t]*(\d+)[\W_]*$")
+_SAME_COUNTER = {"iter": "iteration"}
+
+
+def _with_header(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Step, ...]:
+    """What the loop's headers say of its last step: the total of the pass it counts (`Round 50/50` above
+    `Round 50, Global Loss: 0.0275`), or that the next pass has begun (`--- Iteration 71/75 ---` after the
+    lines of iteration 69's candidates): its number and total, nothing measured yet."""
+    if not steps or steps[-1].fmt == "announced" or steps[-1].step is None or steps[-1].counter is None:
+        return steps
+    last = steps[-1]
+    counter = _SAME_COUNTER.get(last.counter, last.counter)
+    for k in range(len(lines) - 1, max(-1, last.index - 6), -1):
+        if (m := _HEADER.match(message(lines[k]))) is None or _SAME_COUNTER.get(w := m[1].lower(), w) != counter:
+            continue
+        n, total = int(m[2]), int(m[3])
+        if not 0 < n <= total:
+            return steps
+        if k < last.index and n == last.step and last.total is None:
+            return (*steps[:-1], replace(last, total=total))
+        if k > last.index and n > last.step:
+            begun = replace(last, line=lines[k].strip(), index=k, step=n, total=total, rate=None, loss=None, stamp=None,
+                            fmt="announced")
+            return (*steps, begun)
+        return steps
     return steps
 
 
@@ -534,7 +575,7 @@ def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learne
     reading = _reading_lines(lines, bars)
     progress, counter = _read_progress_learning(reading, stamps, earlier, learned)
     bars = tuple(_place(_inner(_against_counter(bars, progress.steps, lines))))
-    steps = _with_next_epoch(_with_epoch_loss(_progress(progress.steps, lines, bars), lines), lines)
+    steps = _with_header(_with_next_epoch(_with_epoch_loss(_progress(progress.steps, lines, bars), lines), lines), lines)
     bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
         steps = _custom(lines, custom)

@@ -110,13 +110,26 @@ def number(text: str) -> float | None:
 MAX_FIELDS = 100  # a progress line names a few dozen numbers at most; a dump of thousands is no such line
 
 
+# A file path: two slashes or more and a name with letters among its parts (`/zhome/59/9/198225/Desktop/x.py`,
+# `runs/exp12/weights`); `2966/3300/3300` (tesstrain's iteration/learning/total) has no letters and stays numbers.
+# Only a part that starts with its number is skipped: a checkpoint's name says its step (`iter-000031-ckpt.pth`).
+_PATH = re.compile(r"(?<![\w.~/-])[\w.~-]*(?:/[\w.~-]*){2,}")
+
+
+def _paths(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _PATH.finditer(text) if re.search(r"[A-Za-z]{2}", m[0])]
+
+
 def fields(text: str, limit: int = MAX_FIELDS) -> list[Field]:
     """Every number in a line with the key phrase before it: `step=10`, `'loss': '2.3'`, `| lm loss: 7.4E+00 |`,
     `iter 10:`, `s:10000 trl:3.38`, `Epoch [1][659/742]`, `41.3k tok/s` — the first `limit` of them."""
     out: list[Field] = []
+    paths = _paths(text) if text.count("/") >= 2 else ()
     for m in _NUMBER.finditer(text):
         if len(out) >= limit:
             break
+        if paths and text[m.start() - 1:m.start()] == "/" and any(a <= m.start() < b for a, b in paths):
+            continue  # a directory named by a number (`/zhome/59/9/198225/Desktop/…`), not a count; `iter-000031-ckpt` is
         if m["clock"]:
             parts = [float(p) for p in m["clock"].split(":")]
             seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))

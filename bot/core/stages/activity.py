@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from bot.core.bars import Bar, Role
 from bot.core.evidence import BarLine, Evidence
+from bot.core.crashes import after_bar
 from bot.core.facts import Crash, Kind, Step
 from bot.core.grammar import message, template
 from bot.core.markers import Mark, Marker
@@ -69,7 +70,9 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     more. A collective's timeout is the cause of the other ranks' aborted communicators. With several ranks
     failing, the first in the log failed first; one process failing again and again (a retry loop), its
     last error is the one that ended it."""
-    fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and c.kind in _GLUED))]
+    glued = 0 <= after < len(ev.lines) and after_bar(ev.lines[after]) != ev.lines[after]  # written after the bar's frame
+    fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and (
+        c.kind in _GLUED or glued)))]
     if not fatal:
         return None
     named = [c for c in fatal if not _unnamed(c)] or fatal
@@ -216,13 +219,21 @@ _RESULT = re.compile(r"(?i)\b(?:test|val(?:id(?:ation)?)?|eval(?:uation)?|final|
                      r"mAP|mIoU|dice|bleu|rouge|f1|auc|score|ppl|perplexity)\w*\b[^\n]{0,40}?[:=]?[ \t]*-?\d")
 
 
+_AGGREGATE = re.compile(r"(?i)\b(?:avg|average|mean|total|overall)\b[^\n]{0,40}?[:=][ \t]*-?\d")
+
+
 def results_after(ev: Evidence, step: Step | None) -> bool:
     """Did the log print results, or save, after the loop's last progress line? A process killed in the
     middle of its loop stops at a step; one that reached its end evaluates, reports, saves, then exits."""
     at = _position(step)
     if any(m.index > at and m.kind in (Mark.EVALUATED, Mark.SAVED, Mark.ENDED) for m in ev.markers):
         return True
-    return any(_RESULT.search(x) for x in ev.lines[max(at + 1, len(ev.lines) - 12):] if x.strip())
+    after = [x for x in ev.lines[max(at + 1, len(ev.lines) - 12):] if x.strip()]
+    if any(_RESULT.search(x) for x in after):
+        return True
+    # A run's summary: an aggregate over the whole run (`Avg epoch time: 19.61`), printed once, after the loop.
+    earlier = {template(x) for x in ev.lines[:at + 1] if _AGGREGATE.search(x)}
+    return any(_AGGREGATE.search(x) and template(x) not in earlier for x in after)
 
 
 def last_result(ev: Evidence, step: Step | None) -> str | None:
@@ -238,11 +249,12 @@ def last_result(ev: Evidence, step: Step | None) -> str | None:
 def _reached(step: Step | None) -> bool:
     """The loop's counter at its total. A counter that restarts each epoch (`Epoch 54: 2950/2950`) at its
     total ends an epoch, not the run: that takes the last epoch, where the line says which one is last."""
-    if step is None or step.total is None or step.step is None or not step.step >= step.total > 1:
+    if step is None or step.total is None or step.step is None or step.step < step.total:
         return False
     if step.counter == "batch" and step.epoch is not None:
+        # the last epoch's last batch: a one-batch epoch too (Keras' `Epoch 1000/1000` over `1/1 [====]`)
         return step.epoch_total is not None and step.epoch >= step.epoch_total - 1
-    return True
+    return step.total > 1  # a lone `1/1` is a bar of one item, no loop
 
 
 def activity(ev: Evidence) -> Doing:

@@ -156,8 +156,12 @@ def _so_far(ev: Evidence, index: int) -> str:
 
 
 def _epochs_to_go(step: Step) -> bool:
-    """The line says more epochs were planned (`72/1000`): an epoch's results are then no end of the run."""
-    return step.epoch_total is not None and step.epoch is not None and step.epoch < step.epoch_total - 1
+    """The line says more epochs were planned (`72/1000`), or more of the loop's own passes (`iteration 71/75`; a
+    count within an epoch restarts each epoch and says nothing of the run): its results are then no end of the run."""
+    if step.epoch_total is not None and step.epoch is not None and step.epoch < step.epoch_total - 1:
+        return True
+    return (step.counter != "batch" and step.epoch is None and step.total is not None and step.step is not None
+            and step.step < step.total - 1)
 
 
 # Findings that make a verdict a warning and are said in its line.
