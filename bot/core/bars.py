@@ -102,8 +102,17 @@ class Bar:
 
     @property
     def epoch(self) -> int | None:
-        m = re.search(r"(?:^|\W)Epoch[ \t]+(\d+)", self.desc)
+        m = _EPOCH_DESC.search(self.desc)
         return int(m[1]) if m else None
+
+    @property
+    def epoch_total(self) -> int | None:
+        """The epochs planned, where the description says (`Epoch 56/400 train`)."""
+        m = _EPOCH_DESC.search(self.desc)
+        return int(m[2]) if m and m[2] else None
+
+
+_EPOCH_DESC = re.compile(r"(?:^|\W)Epoch[ \t]+(\d+)(?:[ \t]*/[ \t]*(\d+))?")
 
 
 def count(q: str | None) -> int | None:

@@ -610,7 +610,8 @@ def bar_step(bar: Bar, index: int = -1) -> Step:
     loss, loss_key = _loss(fs)
     rate, unit = _rate(fields(bar.rate or "")) if bar.rate else (None, None)
     step = Step(line=bar.frame, step=bar.n, total=bar.total, loss=loss, rate=rate, rate_unit=unit,
-                epoch=float(bar.epoch) if bar.epoch is not None else None, counter="batch" if bar.epoch is not None else "step",
+                epoch=float(bar.epoch) if bar.epoch is not None else None, epoch_total=bar.epoch_total,
+                counter="batch" if bar.epoch is not None else "step",
                 loss_key=loss_key, index=index, fmt="bar", non_finite=_non_finite(fs))
     overall = _postfix_counter(fields(bar.postfix))
     return replace(step, step=int(overall.value), total=overall.total, counter=overall.key) if overall and overall.value > bar.n else step

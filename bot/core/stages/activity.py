@@ -187,6 +187,27 @@ def _routine_save(ev: Evidence, marker: Marker) -> bool:
     return True
 
 
+def _loop_preamble(ev: Evidence, marker: Marker) -> bool:
+    """An evaluation the loop announces at the start of each of its passes, its own step lines right after it
+    every time, naming the loop's counter (a metaheuristic search's `Evaluating new candidates...` above each
+    iteration's `iter:67 indv:3 fitness:…` lines): the loop's work, not a pass beside it, and the loop's silence rule holds. A validation pass
+    prints its own results first; this one's next lines are the loop's progress."""
+    shape = template(message(marker.text))
+    earlier = [m for m in ev.markers if m.kind is marker.kind and m.index < marker.index
+               and template(message(m.text)) == shape]
+    if len(earlier) < 2 or any(m.kind is Mark.EVALUATED for m in ev.markers):
+        return False
+    counted = [s for s in ev.steps if s.fmt != "announced" and s.counter]
+    if not counted:
+        return False
+    names = re.compile(rf"(?i)(?<![a-z]){re.escape(counted[-1].counter.split()[-1])}\W{{0,3}}\d")  # `iter:67`
+    for m in earlier:
+        following = next((x for x in ev.lines[m.index + 1:m.index + 6] if x.strip()), None)
+        if following is None or not names.search(following):
+            return False
+    return True
+
+
 def _final_save(ev: Evidence, marker: Marker, at: int) -> bool:
     """The final model's save: a save naming no checkpoint right after the save of a numbered one, with no
     progress between (ColossalAI's DreamBooth: `Saving model checkpoint to …/checkpoint-1000`, then `… to
@@ -288,6 +309,8 @@ def activity(ev: Evidence) -> Doing:
     bar = bars[-1] if bars else None
     marker = _open_marker(ev, at) or _unfinished_save(ev, at)
     if marker is not None and marker.kind is Mark.SAVING and step is not None and _routine_save(ev, marker):
+        marker = None
+    if marker is not None and marker.kind is Mark.EVALUATING and step is not None and _loop_preamble(ev, marker):
         marker = None
     # An end, unless the run went on after it (HF's final evaluation after `Training completed`); the final
     # model's save after it is part of ending.
