@@ -470,7 +470,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
-                "term_", "check failure stack trace",
+                "term_", "check failed", "check failure stack trace",
                 "training early", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
