@@ -206,3 +206,12 @@ def test_the_last_line_is_shown_without_its_clock():
 def test_hfs_train_metrics_table_says_the_runs_figures():
     v = diagnose(evidence(log("llm-firefly-qwen1.5-14b-lora-train-metrics-loss-4.8e9"), age=300, writers=()), DefaultRun("r"))
     assert v.phase is Phase.FINISHED and "train_loss 4.784e+09" in v.headline and "3:32:59" in v.headline, v.headline
+
+
+def test_a_nan_in_a_loop_that_reports_only_its_validation_is_the_runs():
+    # Theano's AlexNet: `epoch 35: validation loss nan` / `validation error nan %` are the only series: a warning.
+    v = diagnose(evidence(log("misc-theano-alexnet-windows-validation-nan-epoch-35"), age=15), DefaultRun("r"))
+    assert v.level is Level.WARN and "epoch 35" in v.headline and "nan" in v.headline.lower(), v.headline
+    # An evaluation's NaN beside a training loop stays the evaluation's: the training loss says how the run goes.
+    lines = [f"step {i} loss 2.{i}" for i in range(1, 6)] + ["epoch 1: validation loss nan", "step 6 loss 2.1"]
+    assert diagnose(evidence("\n".join(lines) + "\n", age=15), DefaultRun("r")).level is Level.OK

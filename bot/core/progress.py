@@ -334,6 +334,11 @@ def _non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
                  and not is_eval_key(f.key))
 
 
+def _measured_non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
+    """An evaluation's losses and error rates that went nan/inf (Theano's `epoch 35: validation error nan %`)."""
+    return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or re.search(r"(?:^|[ _])err(?:or)?s?$", f.key)))
+
+
 # What a loop prints of its loss when it prints no `loss`: OpenNMT-py's `ppl:   nan; xent:  nan` (perplexity and
 # cross-entropy of the training batches); nan there is the loss's nan.
 _LOSS_LIKE = frozenset({"ppl", "perplexity", "xent"})
@@ -452,6 +457,9 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None],
         return Progress((), evaluation, sightings=found.sightings)
     kept = found.group[-KEPT_STEPS:]
     steps = tuple(_step(line, found.counter, _stamp(stamps, line.index)) for line in kept)
+    if _evaluation(found.group[-1].template, found.group[-1].fields):
+        # A loop that reports only its validation: a NaN there is the run's, the only loss it shows.
+        steps = tuple(replace(s, non_finite=s.non_finite or _measured_non_finite(line.fields)) for s, line in zip(steps, kept))
     if steps[-1].step is None:
         steps = _borrow_counter(steps, found.groups)
     loop = CounterRule(found.group[-1].template[:MAX_TEMPLATE], found.counter) if found.counter is not None else None
