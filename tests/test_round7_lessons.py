@@ -125,3 +125,17 @@ def test_a_bars_description_names_the_epochs_planned():
     step = evidence(log("cv-seqar-diffusion-epoch-56-nested-bars")).steps[-1]
     assert (step.epoch, step.epoch_total, step.step, step.total) == (56, 400, 1695, 2590)
     assert "56/400" in verdict("cv-seqar-diffusion-epoch-56-nested-bars", 20, True).headline
+
+
+# --- causes named, not guessed -------------------------------------------------------------------------------------
+
+def test_a_wrappers_exception_names_what_it_carries_and_a_list_of_maybes_names_nothing():
+    # Ray: the worker-died warning lists `potential root causes` (SIGKILL, SIGSEGV…); the trial's own error follows.
+    [crash] = find_crashes(log("llm-ray-train-worker-died-system-error").split("\n"))
+    assert crash.exc_type == "ray.exceptions.RayTaskError(RuntimeError)"
+    v = verdict("llm-ray-train-worker-died-system-error", 60, alive=False)
+    assert v.phase is Phase.CRASHED and "RuntimeError" in v.headline and "SIGSEGV" not in v.headline, v.headline
+    [oom] = find_crashes(["ray.exceptions.RayTaskError(OutOfMemoryError): ray::train() (pid=1, ip=10.0.0.1)"])
+    assert oom.kind is Kind.OOM
+    # said as the cause, not as a possibility, a signal still counts
+    assert find_crashes(["Fatal Python error: Segmentation fault"])[0].kind is Kind.SEGFAULT

@@ -18,7 +18,12 @@ _HEADER = "Traceback (most recent call last)"
 _IPYTHON_HEADER = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[ \t]{2,}Traceback \(most recent call last\)")
 # Markdown emphasis a paste wraps an exception line in (`**RuntimeError: CUDA out of memory.** Tried …`).
 _EMPHASIS = re.compile(r"^\*{1,2}(?=[A-Za-z_])|(?<=\S)\*{1,2}(?=\s|$)|^`+|`+$")
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::[ \t]?(?P<msg>.*))?$")
+# An exception line; a wrapper names the exception it carries (Ray's `ray.exceptions.RayTaskError(RuntimeError): …`,
+# whose remote traceback follows it).
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?P<inner>\([A-Za-z_]\w*\))?)(?::[ \t]?(?P<msg>.*))?$")
+# A message that lists what may have happened, naming no cause: Ray's `There are some potential root causes. (1) The
+# process is killed by SIGKILL by OOM killer … (3) The worker is crashed unexpectedly due to SIGSEGV …`.
+_HEDGED = re.compile(r"(?i)\b(?:potential|possible|probable) (?:root )?causes?\b|\bmay (?:have been|be) caused by\b")
 _EXC_WORD = re.compile(r"(?i)error|exception|interrupt|exit|timeout|iteration|warning|abort")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _THREAD = re.compile(r"^Exception in thread (.+?):[ \t]*$")
@@ -143,6 +148,8 @@ def _exception(text: str) -> tuple[str, str] | None:
 
 
 def _exc_kind(exc_type: str, message: str) -> Kind:
+    if exc_type.endswith(")") and "(" in exc_type:  # a wrapper is the kind of what it carries
+        exc_type = exc_type[exc_type.index("(") + 1:-1]
     if exc_type.endswith("CalledProcessError") and _CALLED.search(message):
         return Kind.CHILD_FAILED  # the launcher's report: the child's own error, when in the log, is the cause
     if m := _WORKER.search(message):
@@ -347,6 +354,8 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         return Crash(Kind.INTERRUPTED, None, _trim(m[0]), rank=rank, line_index=i)
     if _WORKER_BUS.search(text):
         return Crash(Kind.FATAL, None, "DataLoader worker bus error", rank=rank, signal_hint=_SIGNALS[7], line_index=i)
+    if _HEDGED.search(text):
+        return None  # a message listing what might have happened names no cause (Ray: `(1) … killed by SIGKILL …`)
     if m := _KILLED.search(text):
         return Crash(Kind.KILLED, None, _trim(m[0]), rank=rank, signal_hint=_SIGNALS[9], line_index=i)
     if m := _SEGFAULT.search(text):
@@ -447,9 +456,10 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
             same = crashes and crashes[-1].kind == crash.kind and i - crashes[-1].line_index <= 20
             if not (same and crash.kind in (Kind.KILLED, Kind.SEGFAULT, Kind.ASSERT, Kind.FATAL)):  # one event, many lines
                 crashes.append(crash)
-        elif mode == "idle" and (exc := _exception(text)) and (_exc_kind(*exc) is not Kind.TRACEBACK or pos - frame_at <= 3):
+        elif mode == "idle" and (exc := _exception(text)) and (
+                _exc_kind(*exc) is not Kind.TRACEBACK or pos - frame_at <= 3 or exc[0].endswith(")")):
             # the exception line of a traceback whose start fell before the scanned window (its kind says
-            # so, or the frames above it do)
+            # so, or the frames above it do), or a wrapper's, whose traceback follows it (Ray's RayTaskError(…))
             if exc[0].endswith("ChildFailedError"):
                 crashes.append(_child_failed(texts[pos + 1: pos + 80], i))
             else:
