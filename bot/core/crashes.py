@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from bot.core.bars import last_bar
 from bot.core.facts import Crash, Kind
 from bot.core.grammar import RANK_PREFIX, last_frame, split_rank_prefix, strip_host_prefix
 from bot.core.redact import redact_secrets, strip_ansi
@@ -492,15 +493,11 @@ def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:
     return any(word in text for word in words)
 
 
-# A progress bar's frame up to its closing `]` (` 22%|██▏  | 11/50 [1:55:26<6:49:05, 629.37s/it]`): a bar draws on
-# stderr without a newline, so whatever another writer prints next (slurmstepd, torchrun's agent, the shell) is
-# glued after it, on the bar's line.
-_BAR_FRAME = re.compile(r"^[^|\n]{0,80}\|[^|\n]{0,200}\|[ \t]*[\d.]+[kMG]?/[\d.?]+[kMG]?[ \t]*\[[^\]\n]{0,120}\]")
-
-
 def after_bar(text: str) -> str:
-    """The text glued after a bar's frame on its line, or the line itself when none is."""
-    if "|" not in text or (m := _BAR_FRAME.match(text)) is None or not (rest := text[m.end():].strip()):
+    """The text glued after a bar's last frame on its line (a bar draws on stderr without a newline, so whatever
+    another writer prints next — slurmstepd, torchrun's agent, the shell — lands on the bar's line), or the line
+    itself when there is none. Where a frame ends is the bars' own reading (bot.core.bars)."""
+    if "|" not in text or (bar := last_bar(text)) is None or not (rest := text[bar.end:].strip()):
         return text
     return rest
 

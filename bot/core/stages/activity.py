@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 
 from bot.core.bars import Bar, Role
 from bot.core.evidence import BarLine, Evidence
-from bot.core.crashes import after_bar
 from bot.core.facts import Crash, Kind, Step
 from bot.core.grammar import message, template
 from bot.core.markers import Mark, Marker
@@ -70,7 +69,7 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     more. A collective's timeout is the cause of the other ranks' aborted communicators. With several ranks
     failing, the first in the log failed first; one process failing again and again (a retry loop), its
     last error is the one that ended it."""
-    glued = 0 <= after < len(ev.lines) and after_bar(ev.lines[after]) != ev.lines[after]  # written after the bar's frame
+    glued = any(b.index == after and b.after for b in ev.bars)  # a message written after the last frame, on its line
     fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and (
         c.kind in _GLUED or glued)))]
     if not fatal:
