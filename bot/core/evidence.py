@@ -446,16 +446,13 @@ def _loss_line(lines: Sequence[str], start: int, stop: int):
     return None
 
 
-_EPOCH_HEADER = re.compile(r"^[ \t]*Epoch[ \t]+(\d+)/(\d+)[ \t]*$")
-
-
 def _with_epoch_header(step: Step, lines: Sequence[str]) -> Step:
     """Keras prints `Epoch 7/10` on a line of its own above the epoch's bar."""
     if step.epoch is not None or step.index < 0:
         return step
     for j in range(step.index - 1, max(-1, step.index - 4), -1):
-        if m := _EPOCH_HEADER.match(lines[j]):
-            return replace(step, epoch=float(m[1]), epoch_total=int(m[2]), counter="batch")
+        if (m := _HEADER.match(lines[j])) and m[1].lower() == "epoch":
+            return replace(step, epoch=float(m[2]), epoch_total=int(m[3]), counter="batch")
     return step
 
 
