@@ -42,7 +42,6 @@ from bot.service.state_file import StateFile
 from bot.probe.targets import Targets
 from bot.service.watchdog import Watchdog
 from config.registry import parse_registry
-from bot.demo.lab.sshd import descendants
 from tests.sshd import SshLab
 
 WRITER = r"""
@@ -77,20 +76,6 @@ class CountingChat:
 def cpu(who: int) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
-
-
-def tree_cpu(roots: list[int]) -> float:
-    """CPU seconds of the sshd servers and everything under them, the children they have reaped included: the SSH
-    probes' bash runs under sshd, not under this process, so RUSAGE_CHILDREN never sees it while the servers live."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in [p for root in roots for p in (root, *descendants(root))]:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone since the listing: its time is in its parent's reaped children
-        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / ticks
 
 
 def make_runs(folder: Path, n: int, log_kib: int, ssh: list | None = None, ssh_runs: int = 0,
@@ -201,8 +186,9 @@ async def _bench(args, folder: Path, servers: list) -> dict:
                 next_at = max(t + args.every, time.monotonic())
             del lags[:]
             started = time.monotonic()
-        sshds = [s.proc.pid for s in servers if s.proc is not None]
-        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN) + tree_cpu(sshds)
+        # The SSH probes' bash runs under the sshd servers, not under this process: RUSAGE_CHILDREN never sees it
+        # while the servers live, their own accounting does.
+        self0, kids0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN) + sum(s.cpu_seconds() for s in servers)
         while time.monotonic() - started < args.seconds:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             t = time.monotonic()
@@ -218,7 +204,7 @@ async def _bench(args, folder: Path, servers: list) -> dict:
             carried.append(report.carried)
             next_at = max(t + args.every, time.monotonic())  # coalesced: a late sweep is not run twice
         wall = time.monotonic() - started
-        self_cpu, kids_cpu = cpu(resource.RUSAGE_SELF) - self0, cpu(resource.RUSAGE_CHILDREN) + tree_cpu(sshds) - kids0
+        self_cpu, kids_cpu = cpu(resource.RUSAGE_SELF) - self0, cpu(resource.RUSAGE_CHILDREN) + sum(s.cpu_seconds() for s in servers) - kids0
         statuses = {}
         for state in wd.states.values():
             statuses[state.status.value] = statuses.get(state.status.value, 0) + 1

@@ -39,7 +39,7 @@ def keygen(path: Path) -> Path:
     return path
 
 
-def descendants(pid: int) -> list[int]:
+def _children(pid: int) -> list[int]:
     """Every descendant of pid (sshd's per-connection children call setsid, so no pgid kill)."""
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -142,7 +142,7 @@ class Sshd:
     def _signal(self, sig: int, *, children: bool) -> None:
         if self.proc is None:
             return
-        pids = ([self.proc.pid] + descendants(self.proc.pid)) if children else [self.proc.pid]
+        pids = ([self.proc.pid] + _children(self.proc.pid)) if children else [self.proc.pid]
         for pid in pids:
             try:
                 os.kill(pid, sig)
@@ -166,7 +166,7 @@ class Sshd:
     def connections(self) -> int:
         """How many per-connection sshd children are alive."""
         return 0 if self.proc is None else sum(
-            1 for pid in descendants(self.proc.pid) if _ppid(pid) == self.proc.pid
+            1 for pid in _children(self.proc.pid) if _ppid(pid) == self.proc.pid
         )
 
     def cpu_seconds(self) -> float:
@@ -175,7 +175,7 @@ class Sshd:
             return 0.0
         total = 0
         # Exited sessions are in their reaper's cutime/cstime; live processes count themselves.
-        for pid in [self.proc.pid] + descendants(self.proc.pid):
+        for pid in [self.proc.pid] + _children(self.proc.pid):
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
