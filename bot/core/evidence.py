@@ -15,7 +15,7 @@ from bot.core.gpus import parse_gpu_section
 from bot.core.grammar import LineStamps, eval_noun, fields, is_eval_key, is_loss_key, last_frame, message, split_rank_prefix
 from bot.core.learned import CounterRule, Learned, Sighting, learn_counter, news_line
 from bot.core.markers import Mark, Marker, find_markers
-from bot.core.progress import bar_step, clean, read_progress, recognise, table_header, table_step
+from bot.core.progress import bar_step, clean, counter_word, read_progress, recognise, table_header, table_step
 from bot.core.redact import printable, redact_secrets
 from bot.core.sections import LINE_CAP, Sections
 
@@ -410,7 +410,6 @@ def _with_next_epoch(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Ste
 # `--- Iteration 71/75 ---`, `=== Epoch 3 of 10 ===`). The loop prints it as each pass begins.
 _HEADER = re.compile(r"(?i)^[\W_]*(epoch|round|iteration|iter|episode|generation|trial|fold|stage|cycle)[ \t]*[:#]?[ \t]*"
                      r"(\d+)[ \t]*(?:/|of)[ \t]*(\d+)[\W_]*$")
-_SAME_COUNTER = {"iter": "iteration"}
 
 
 def _with_header(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Step, ...]:
@@ -420,10 +419,13 @@ def _with_header(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Step, .
     if not steps or steps[-1].fmt == "announced" or steps[-1].step is None or steps[-1].counter is None:
         return steps
     last = steps[-1]
-    counter = _SAME_COUNTER.get(last.counter, last.counter)
+    word = counter_word(last.counter)
     for k in range(len(lines) - 1, max(-1, last.index - 6), -1):
-        if (m := _HEADER.match(message(lines[k]))) is None or _SAME_COUNTER.get(w := m[1].lower(), w) != counter:
+        if (m := _HEADER.match(message(lines[k]))) is None:
             continue
+        said = m[1].lower()
+        if not (said.startswith(word) or word.startswith(said)):
+            continue  # another counter's header (`iter` and `iteration` are one counter)
         n, total = int(m[2]), int(m[3])
         if not 0 < n <= total:
             return steps

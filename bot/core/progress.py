@@ -632,6 +632,12 @@ def _postfix_counter(fs: Sequence[Field]) -> Field | None:
                  and (f.word in ("step", "global_step", "iteration", "iter") or f.word.endswith("_step"))), None)
 
 
+def counter_word(counter: str) -> str:
+    """The word a counter goes by in the log's text (`global step` → `step`, `train/iter` → `iter`): a word that
+    starts with it names it too (`iter` → `iteration`), as announcements and headers say it."""
+    return counter.split()[-1].split("/")[-1].lower()
+
+
 def announced_at(step: Step, text: str, number: int | None) -> Step:
     """The loop's place as an announcement names it, where that is later than its last progress line: a loop
     that logs every 10th iteration counting from 0 and saves at the 1000th prints `iter 990` and then `saving
@@ -639,7 +645,7 @@ def announced_at(step: Step, text: str, number: int | None) -> Step:
     (or HF's `checkpoint-1000`, which is the global step) counts, and never one past the loop's total."""
     if number is None or step.step is None or step.counter is None or number <= step.step or (step.total and number > step.total):
         return step
-    word = re.escape(step.counter.split()[-1].split("/")[-1])
+    word = re.escape(counter_word(step.counter))
     names = re.search(rf"(?i)\b{word}\w*[ \t_=:#-]*0*{number}\b", text) or (
         step.counter in ("step", "global_step", "global step") and re.search(rf"checkpoint[-_]0*{number}\b", text))
     return replace(step, step=number) if names else step

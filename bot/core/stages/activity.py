@@ -12,6 +12,7 @@ from bot.core.evidence import BarLine, Evidence
 from bot.core.facts import Crash, Kind, Step
 from bot.core.grammar import message, template
 from bot.core.markers import Mark, Marker
+from bot.core.progress import counter_word
 from bot.core.redact import redact_secrets
 from bot.core.verdict import Phase
 
@@ -187,10 +188,10 @@ def _routine_save(ev: Evidence, marker: Marker) -> bool:
 
 
 def _loop_preamble(ev: Evidence, marker: Marker) -> bool:
-    """An evaluation the loop announces at the start of each of its passes, its own step lines right after it
-    every time, naming the loop's counter (a metaheuristic search's `Evaluating new candidates...` above each
-    iteration's `iter:67 indv:3 fitness:…` lines): the loop's work, not a pass beside it, and the loop's silence rule holds. A validation pass
-    prints its own results first; this one's next lines are the loop's progress."""
+    """An evaluation the loop announces at the start of each of its passes, the next line naming the loop's counter
+    every time (a metaheuristic search's `Evaluating new candidates...` above each iteration's `iter:67 indv:3
+    fitness:…` lines): the loop's work, not a pass beside it, so the loop's silence rule holds. A validation
+    pass prints its own results first."""
     shape = template(message(marker.text))
     earlier = [m for m in ev.markers if m.kind is marker.kind and m.index < marker.index
                and template(message(m.text)) == shape]
@@ -199,7 +200,7 @@ def _loop_preamble(ev: Evidence, marker: Marker) -> bool:
     counted = [s for s in ev.steps if s.fmt != "announced" and s.counter]
     if not counted:
         return False
-    names = re.compile(rf"(?i)(?<![a-z]){re.escape(counted[-1].counter.split()[-1])}\W{{0,3}}\d")  # `iter:67`
+    names = re.compile(rf"(?i)(?<![a-z]){re.escape(counter_word(counted[-1].counter))}\W{{0,3}}\d")  # `iter:67`
     for m in earlier:
         following = next((x for x in ev.lines[m.index + 1:m.index + 6] if x.strip()), None)
         if following is None or not names.search(following):
