@@ -21,7 +21,7 @@ _IPYTHON_HEADER = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[ \t]{2
 _EMPHASIS = re.compile(r"^\*{1,2}(?=[A-Za-z_])|(?<=\S)\*{1,2}(?=\s|$)|^`+|`+$")
 # An exception line; a wrapper names the exception it carries (Ray's `ray.exceptions.RayTaskError(RuntimeError): …`,
 # whose remote traceback follows it).
-_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?P<inner>\([A-Za-z_]\w*\))?)(?::[ \t]?(?P<msg>.*))?$")
+_EXC_LINE = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\([A-Za-z_]\w*\))?)(?::[ \t]?(?P<msg>.*))?$")
 # A message that lists what may have happened, naming no cause: Ray's `There are some potential root causes. (1) The
 # process is killed by SIGKILL by OOM killer … (3) The worker is crashed unexpectedly due to SIGSEGV …`.
 _HEDGED = re.compile(r"(?i)\b(?:potential|possible|probable) (?:root )?causes?\b|\bmay (?:have been|be) caused by\b")
@@ -148,9 +148,13 @@ def _exception(text: str) -> tuple[str, str] | None:
     return name, m["msg"] or ""
 
 
+def _carried(exc_type: str) -> str | None:
+    """The exception a wrapper carries (`RayTaskError(RuntimeError)` → `RuntimeError`), or None for a plain one."""
+    return exc_type[exc_type.index("(") + 1:-1] if exc_type.endswith(")") and "(" in exc_type else None
+
+
 def _exc_kind(exc_type: str, message: str) -> Kind:
-    if exc_type.endswith(")") and "(" in exc_type:  # a wrapper is the kind of what it carries
-        exc_type = exc_type[exc_type.index("(") + 1:-1]
+    exc_type = _carried(exc_type) or exc_type  # a wrapper is the kind of what it carries
     if exc_type.endswith("CalledProcessError") and _CALLED.search(message):
         return Kind.CHILD_FAILED  # the launcher's report: the child's own error, when in the log, is the cause
     if m := _WORKER.search(message):
@@ -458,7 +462,7 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
             if not (same and crash.kind in (Kind.KILLED, Kind.SEGFAULT, Kind.ASSERT, Kind.FATAL)):  # one event, many lines
                 crashes.append(crash)
         elif mode == "idle" and (exc := _exception(text)) and (
-                _exc_kind(*exc) is not Kind.TRACEBACK or pos - frame_at <= 3 or exc[0].endswith(")")):
+                _exc_kind(*exc) is not Kind.TRACEBACK or pos - frame_at <= 3 or _carried(exc[0])):
             # the exception line of a traceback whose start fell before the scanned window (its kind says
             # so, or the frames above it do), or a wrapper's, whose traceback follows it (Ray's RayTaskError(…))
             if exc[0].endswith("ChildFailedError"):

@@ -334,9 +334,12 @@ def _non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
                  and not is_eval_key(f.key))
 
 
+_ERROR_KEY = re.compile(r"(?:^|[ _])err(?:or)?s?$")  # an error rate: `validation error`, `val_err`
+
+
 def _measured_non_finite(fs: Sequence[Field]) -> tuple[str, ...]:
     """An evaluation's losses and error rates that went nan/inf (Theano's `epoch 35: validation error nan %`)."""
-    return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or re.search(r"(?:^|[ _])err(?:or)?s?$", f.key)))
+    return tuple(f.key for f in fs if not f.finite and (is_loss_key(f.key) or _ERROR_KEY.search(f.key)))
 
 
 # What a loop prints of its loss when it prints no `loss`: OpenNMT-py's `ppl:   nan; xent:  nan` (perplexity and

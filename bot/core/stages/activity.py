@@ -253,8 +253,8 @@ def results_after(ev: Evidence, step: Step | None) -> bool:
     if any(_RESULT.search(x) for x in after):
         return True
     # A run's summary: an aggregate over the whole run (`Avg epoch time: 19.61`), printed once, after the loop.
-    earlier = {template(x) for x in ev.lines[:at + 1] if _AGGREGATE.search(x)}
-    return any(_AGGREGATE.search(x) and template(x) not in earlier for x in after)
+    summaries = {template(x) for x in after if _AGGREGATE.search(x)}
+    return bool(summaries) and not any(template(x) in summaries for x in ev.lines[:at + 1] if _AGGREGATE.search(x))
 
 
 def last_result(ev: Evidence, step: Step | None) -> str | None:

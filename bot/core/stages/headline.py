@@ -155,7 +155,7 @@ def _so_far(ev: Evidence, index: int) -> str:
     return f" — {hz.duration(took)} so far"
 
 
-def _epochs_to_go(step: Step) -> bool:
+def _passes_to_go(step: Step) -> bool:
     """The line says more epochs were planned (`72/1000`), or more of the loop's own passes (`iteration 71/75`; a
     count within an epoch restarts each epoch and says nothing of the run): its results are then no end of the run."""
     if step.epoch_total is not None and step.epoch is not None and step.epoch < step.epoch_total - 1:
@@ -230,7 +230,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
                        [Concern(Worry.CRASHED)], said={Said.CRASH} | at_said)
 
     finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or doing.final_save or (
-        step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and not _epochs_to_go(step)
+        step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and not _passes_to_go(step)
         and results_after(ev, step))))
     if finished:
         if step is not None:
