@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.crashes import after_bar, find_crashes
+from bot.core.crashes import find_crashes
 from bot.core.diagnose import diagnose
-from bot.core.evidence import collapse_frames
 from bot.core.facts import Kind
 from bot.core.grammar import fields
 from bot.core.verdict import Level, Phase
@@ -35,13 +34,18 @@ SLURM = "misc-slurm-polymergnn-time-limit-at-11-of-50"
 SIGHUP = "llm-chinese-llama-alpaca3-sighup-2844"
 
 
+def glued_after(line: str) -> str:
+    """The text the evidence reads as glued after the line's bar frame ("" when none)."""
+    return next((b.after for b in evidence(line + "\n").bars), "")
+
+
 def test_text_glued_after_a_bars_frame_is_read_as_a_line_of_its_own():
     frame = " 22%|██▏       | 11/50 [1:55:26<6:49:05, 629.37s/it]"
     glued = "slurmstepd: error: *** JOB 42221 ON clr1247 CANCELLED AT 2022-04-14T16:20:46 DUE TO TIME LIMIT ***"
-    assert after_bar(frame + glued) == glued
-    assert after_bar(frame) == frame  # a frame alone stays itself
-    assert after_bar("| epoch 3 | loss 2.1 |") == "| epoch 3 | loss 2.1 |"  # a table row is no frame
-    [crash] = find_crashes(collapse_frames(log(SLURM)))
+    assert glued_after(frame + glued) == glued
+    assert glued_after(frame) == ""  # a frame alone stays itself
+    assert glued_after("| epoch 3 | loss 2.1 |") == ""  # a table row is no frame
+    [crash] = evidence(log(SLURM)).crashes  # the crash scan reads the glued text as its own line
     assert crash.kind is Kind.CANCELLED and "time limit" in crash.message
 
 

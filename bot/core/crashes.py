@@ -7,7 +7,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from bot.core.bars import last_bar
 from bot.core.facts import Crash, Kind
 from bot.core.grammar import RANK_PREFIX, last_frame, split_rank_prefix, strip_host_prefix
 from bot.core.redact import redact_secrets, strip_ansi
@@ -497,22 +496,13 @@ def _mentions(words: Sequence[str], lines: Sequence[str]) -> bool:
     return any(word in text for word in words)
 
 
-def after_bar(text: str) -> str:
-    """The text glued after a bar's last frame on its line (a bar draws on stderr without a newline, so whatever
-    another writer prints next — slurmstepd, torchrun's agent, the shell — lands on the bar's line), or the line
-    itself when there is none. Where a frame ends is the bars' own reading (bot.core.bars)."""
-    if "|" not in text or (bar := last_bar(text)) is None or not (rest := text[bar.end:].strip()):
-        return text
-    return rest
-
-
 def find_crashes(lines: Sequence[str]) -> list[Crash]:
     """Every crash signature in `lines`, in order of the line where each starts."""
     if not _mentions(_CRASH_WORDS, lines):
         return []
     streams: dict[str, list[tuple[int, int | None, str]]] = {}
     for i, raw in enumerate(lines):
-        text = after_bar(strip_host_prefix(last_frame(strip_ansi(raw)).rstrip()))
+        text = strip_host_prefix(last_frame(strip_ansi(raw)).rstrip())
         prefix = m[0].strip() if (m := RANK_PREFIX.match(text)) else ""
         rank, text = split_rank_prefix(text)
         streams.setdefault(prefix, []).append((i, rank, text.rstrip()))
