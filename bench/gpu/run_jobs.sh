@@ -57,6 +57,14 @@ REPLACED_WAIT=${REPLACED_WAIT:-28}          # seconds between the rename / delet
 TB_STEP=${TB_STEP:-15}
 TB_SETTLE=${TB_SETTLE:-8}                   # TensorBoard's start and first reload before the moment
 DEAD_WAIT=${DEAD_WAIT:-28}                  # seconds after the kill (or the second start) of the later moment
+# round 8's jobs (JOBS="ddp-hang ddp-oom nccl-dup accel-bs sigstop segv")
+DIST_ARGS=${DIST_ARGS:-"--batch 8 --seq 512 --vocab 16384 --dim 1024 --heads 16 --step-sleep 0.1"}
+DDP_STEP=${DDP_STEP:-30}                    # the ddp jobs' training moment (the hang starts after it)
+HANG_WAIT=${HANG_WAIT:-30}                  # seconds of the hang before its moment (silence_after is 20s)
+DDP_OOM_STEP=${DDP_OOM_STEP:-20}            # rank 1's outlier batch
+ACCEL_ARGS=${ACCEL_ARGS:-"--seq 131072 --start-batch 64 --vocab 16384 --dim 1024 --heads 16"}
+STOP_STEP=${STOP_STEP:-20}                  # sigstop: SIGSTOP after this step, SIGCONT after HANG_WAIT
+SEGV_STEP=${SEGV_STEP:-15}
 
 if [ "$DEVICE" = auto ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
@@ -288,7 +296,8 @@ wait_exit() {  # timeout: wait for the job to end
     reap_job
 }
 
-start_job() {  # name script args...: `python3 -u script args > train.log 2>&1`, the job's own cwd
+LAUNCH=()       # a launcher module in front of the script (-m torch.distributed.run ...), set by a job
+start_job() {  # name script args...: `python3 -u [LAUNCH] script args > train.log 2>&1`, the job's own cwd
     JOB=$1; local script=$2; shift 2
     JD=$CAP/jobs/$JOB
     LOGDIR=$CAP/logs/$JOB
@@ -301,13 +310,13 @@ start_job() {  # name script args...: `python3 -u script args > train.log 2>&1`,
     JOB_RC=""; MOMENTS=(); EXTRA_PIDS=()
     local cwd=${JOB_CWD:-$CKPT/$JOB}
     local lim; lim=$(( $(left) - 5 )); [ "$lim" -gt 10 ] || lim=10
-    echo "$JOB: cd $cwd && $PY -u $JOBDIR/$script $* > $LOG 2>&1" >> "$CAP/commands.txt"
+    echo "$JOB: cd $cwd && $PY -u ${LAUNCH[*]} $JOBDIR/$script $* > $LOG 2>&1" >> "$CAP/commands.txt"
     # The python process gets the log as its stdout+stderr (exec), so it is the log's one writer, as in a
     # container; descriptors the driver's shell holds (pipes to the device tool) are closed first.
     (cd "$cwd" && exec env PYTHONPATH= JOB_EVENTS="$EV" timeout -k 5 "$lim" \
         bash -c 'log=$1; shift
             for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"; done
-            exec "$@" > "$log" 2>&1' _ "$LOG" "$PY" -u "$JOBDIR/$script" "$@" < /dev/null) &
+            exec "$@" > "$log" 2>&1' _ "$LOG" "$PY" -u "${LAUNCH[@]}" "$JOBDIR/$script" "$@" < /dev/null) &
     TO_PID=$!
     JOB_T0=$(date +%s)
     log "$JOB: started $script (pid $TO_PID, limit ${lim}s)"
@@ -536,6 +545,97 @@ job_late() {  # a run killed; then another job started in its folder, after the 
     end_job
 }
 
+# ---------------------------------------------------------------- round 8: launchers, ranks, signals
+TORCHRUN=(-m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29533)
+
+rank_pid() {  # rank: its pid, from the job's `ready` event
+    sed -n "s/.* ready rank=$1 pid=\([0-9]*\).*/\1/p" "$EV" | tail -1
+}
+
+# shellcheck disable=SC2086
+job_ddp_hang() {  # two DDP ranks; rank 1 stops answering; then it is SIGKILLed
+    LAUNCH=("${TORCHRUN[@]}")
+    start_job ddp-hang dist_job.py --mode hang --control "$WORK/ctl/ddp-hang" --device "$DEVICE" $DIST_ARGS
+    LAUNCH=()
+    if wait_event " step step=$DDP_STEP\$" 120; then
+        moment training gpus
+        touch "$CTL/stall"; echo "stall file at $(now)" >> "$JD/driver.txt"
+        wait_event " stall_begin " 20
+        local t; t=$(date +%s)
+        at_least $(( t + HANG_WAIT )); moment hung gpus
+        local r1; r1=$(rank_pid 1)
+        if [ -n "$r1" ]; then
+            kill -9 "$r1"; echo "kill -9 $r1 (rank 1) at $(now)" >> "$JD/driver.txt"; log "ddp-hang: kill -9 rank 1 ($r1)"
+        else
+            note "ddp-hang: no pid for rank 1"
+        fi
+    fi
+    wait_exit 60
+    moment rank-killed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_ddp_oom() {  # two DDP ranks; rank 1's outlier batch runs out of GPU memory
+    LAUNCH=("${TORCHRUN[@]}")
+    start_job ddp-oom dist_job.py --mode oom --oom-step "$DDP_OOM_STEP" --device "$DEVICE" $DIST_ARGS
+    LAUNCH=()
+    wait_event " step step=10\$" 120 && moment training
+    wait_exit 90
+    moment crashed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_nccl_dup() {  # two NCCL ranks on one GPU: NCCL refuses them
+    LAUNCH=("${TORCHRUN[@]}")
+    start_job nccl-dup dist_job.py --mode dup --device "$DEVICE" $DIST_ARGS
+    LAUNCH=()
+    sleep 2; moment starting
+    wait_exit 90
+    moment crashed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_accel_bs() {  # accelerate launch; find_executable_batch_size finds none
+    LAUNCH=(-m accelerate.commands.launch --num_processes 1 --num_machines 1 --mixed_precision bf16 --dynamo_backend no)
+    start_job accel-bs accel_job.py --device "$DEVICE" $ACCEL_ARGS
+    LAUNCH=()
+    wait_exit 120
+    moment crashed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_sigstop() {  # the loop stopped (SIGSTOP) as a debugger or a job-control slip would, then continued
+    start_job sigstop plain_job.py --mode rotate --control "$WORK/ctl/sigstop" --device "$DEVICE" $REPL_ARGS
+    if wait_event " step step=$STOP_STEP\$" 90; then
+        local main; main=$(job_pid)
+        kill -STOP "$main"; echo "kill -STOP $main at $(now)" >> "$JD/driver.txt"
+        local t; t=$(date +%s)
+        at_least $(( t + HANG_WAIT )); moment stopped gpus
+        kill -CONT "$main"; echo "kill -CONT $main at $(now)" >> "$JD/driver.txt"
+        wait_event " step step=$(( STOP_STEP + 10 ))\$" 30 && moment resumed
+    fi
+    touch "$CTL/stop"
+    wait_exit 30
+    moment finished
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_segv() {  # a native crash inside the loop, with faulthandler on
+    start_job segv plain_job.py --mode segv --faulthandler --control "$WORK/ctl/segv" --device "$DEVICE" $REPL_ARGS
+    if wait_event " step step=$SEGV_STEP\$" 90; then
+        moment training
+        touch "$CTL/fault"; echo "fault file at $(now)" >> "$JD/driver.txt"
+    fi
+    wait_exit 30
+    moment crashed
+    end_job
+}
+
 # ---------------------------------------------------------------- nvidia-smi's utilisation window
 util_timed() {  # file label cmd...: 5 timed calls, every output kept
     local f=$1 label=$2; shift 2
@@ -684,7 +784,8 @@ log "$(tr '\n' ' ' < "$CAP/runbot-preflight.txt")"
     echo "silence_after = \"$SILENCE_AFTER\""
     echo "loading_grace = \"$LOADING_GRACE\""
     echo "gpu_samples = $GPU_SAMPLES"
-    for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start; do
+    for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start \
+        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv; do
         echo
         echo "[runs.$j]"
         echo 'host = "local"'
@@ -714,6 +815,12 @@ for j in $JOBS; do
         deleted) need $(( REPLACED_WAIT + 30 )) deleted && job_replaced deleted delete ;;
         tb-dead) need $(( DEAD_WAIT + TB_SETTLE + 30 )) tb-dead && job_tb_dead ;;
         late-start) need $(( DEAD_WAIT + 35 )) late-start && job_late ;;
+        ddp-hang) need $(( HANG_WAIT + 70 )) ddp-hang && job_ddp_hang ;;
+        ddp-oom) need 60 ddp-oom && job_ddp_oom ;;
+        nccl-dup) need 40 nccl-dup && job_nccl_dup ;;
+        accel-bs) need 50 accel-bs && job_accel_bs ;;
+        sigstop) need $(( HANG_WAIT + 50 )) sigstop && job_sigstop ;;
+        segv) need 40 segv && job_segv ;;
         *) note "unknown job $j" ;;
     esac
 done

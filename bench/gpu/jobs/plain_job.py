@@ -3,6 +3,7 @@
     python3 -u plain_job.py --mode dl      [--device cuda|cpu] > train.log 2>&1
     python3 -u plain_job.py --mode rotate  ...
     python3 -u plain_job.py --mode compile ...
+    python3 -u plain_job.py --mode segv --faulthandler ...
 
 dl:      a DataLoader with --workers worker processes feeds the loop; the driver SIGKILLs one
          worker mid-training, and the main process dies with PyTorch's own
@@ -15,6 +16,9 @@ compile: the model is wrapped in torch.compile (default mode, default logging: w
          dynamo/inductor print by themselves); the first step compiles. When --control/fault
          appears, an embedding lookup with an out-of-range token id runs (eager, outside the
          compiled graph): a device-side assert on CUDA (IndexError on CPU), exit 1.
+segv:    the rotate loop; when --control/fault appears, a native call reads address 0 (as a broken
+         extension would): SIGSEGV, and with --faulthandler Python's own `Fatal Python error:
+         Segmentation fault` with every thread's stack.
 
 The driver learns the moments from $JOB_EVENTS (events.py) and steers with control files;
 neither shows in the log.
@@ -70,7 +74,7 @@ class LM(nn.Module):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["dl", "rotate", "compile"], required=True)
+    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv"], required=True)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--control", default="")
     p.add_argument("--steps", type=int, default=100000)
@@ -84,9 +88,14 @@ def main() -> int:
     p.add_argument("--item-sleep", type=float, default=0.01)
     p.add_argument("--step-sleep", type=float, default=0.0, help="rotate: pause per step")
     p.add_argument("--log-every", type=int, default=1)
+    p.add_argument("--faulthandler", action="store_true", help="faulthandler.enable(), as many trainers do")
     p.add_argument("--tb", default="", help="rotate: also write TensorBoard scalars into this folder")
     a = p.parse_args()
 
+    if a.faulthandler:
+        import faulthandler
+
+        faulthandler.enable()
     torch.manual_seed(0)
     dev = torch.device(a.device)
     model = LM(a.vocab, a.dim, a.layers, a.heads).to(dev)
@@ -126,6 +135,11 @@ def main() -> int:
             bad = torch.full((a.batch, 8), a.vocab + 7, dtype=torch.long, device=dev)
             x = nn.functional.embedding(bad, model.emb.weight)
             print(f"step={step} probe mean={x.float().mean().item():.4f}", flush=True)
+        if a.mode == "segv" and fault_file and os.path.exists(fault_file):
+            import ctypes
+
+            event("fault", step=step)
+            ctypes.string_at(0)
         if batches is not None:
             ids = next(batches).to(dev, non_blocking=True)
         else:
