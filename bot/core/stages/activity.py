@@ -69,7 +69,8 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     launcher's teardown. A traceback cut before its exception line names nothing: any other report says
     more. A collective's timeout is the cause of the other ranks' aborted communicators. With several ranks
     failing, the first in the log failed first; one process failing again and again (a retry loop), its
-    last error is the one that ended it."""
+    last error is the one that ended it. A rank torchrun names as the root cause that died of a signal (SIGKILLed:
+    no error of its own) is the cause: the other ranks' errors only say they lost it."""
     glued = any(b.index == after and b.after for b in ev.bars)  # a message written after the last frame, on its line
     fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and (
         c.kind in _GLUED or glued)))]
@@ -77,9 +78,12 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
         return None
     named = [c for c in fatal if not _unnamed(c)] or fatal
     own = [c for c in named if c.kind not in ("child_failed", "signal") and not _TEARDOWN.search(f"{c.exc_type or ''} {c.message}")]
+    reports = [c for c in named if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
     if not own:
-        reports = [c for c in named if c.kind == "child_failed" and (c.rank is not None or c.exit_code is not None)]
         return reports[0] if reports else named[-1]
+    root = next((c for c in reports if c.exc_type == "ChildFailedError" and c.rank is not None), None)
+    if root is not None and (root.exit_code or 0) < 0 and all(c.rank is not None and c.rank != root.rank for c in own):
+        return root  # torchrun's root cause died of a signal, no error of its own: the others' errors are only its loss
     if any(c.kind is Kind.NCCL_TIMEOUT for c in own):
         own = [c for c in own if not (c.kind is Kind.NCCL_ERROR and _ABORTED.search(c.message))]
     ranks = {c.rank for c in own}
