@@ -68,6 +68,10 @@ _LSF_TERM = re.compile(r"^TERM_([A-Z_]+): (.{1,200}?)\.?[ \t]*$")
 # after printing it. `F0109 01:49:19.022586   845 hl_cuda_device.cc:273] Check failed: … Cuda Error: out of memory`
 _GLOG_FATAL = re.compile(r"^F\d{4} \d\d:\d\d:\d\d(?:\.\d+)?[ \t]+\d+[ \t]+([\w./-]+:\d+)\][ \t]*(.+)$")
 _CANCELLED = re.compile(r"\*{3} (?:JOB|STEP) [\w.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))?[ \t]*\*{3}")
+# argparse's refusal of a command line (it exits with status 2): `train_bash.py: error: argument --fp16: …` below
+# the `usage: train_bash.py [-h] …` block it prints first.
+_ARGPARSE = re.compile(r"^([\w.-]{1,80}): error: (.+)$")
+USAGE_LINES = 400  # a long usage block (one line per option) is printed above the error
 # Launchers' reports of a worker's exit: torchrun's agent and DeepSpeed's launcher.
 _AGENT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)")
 # CNTK's end of a run it stops itself: `EXCEPTION occurred: The training criterion is not a number (NAN). Stop`
@@ -456,6 +460,8 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
             mode = "idle" if not open_tbs else mode
         elif text.startswith("Exception ignored in"):
             threads.append(("\0ignored", pos))
+        elif (m := _ARGPARSE.match(text)) and any(t.startswith("usage: ") for t in texts[max(0, pos - USAGE_LINES):pos]):
+            crashes.append(Crash(Kind.FATAL, None, _trim(f"{m[1]}: error: {m[2]}"), rank=rank, line_index=i))
         elif (crash := _one_line_crash(text, i, rank, texts[pos + 1:pos + 41])) is not None:
             same = crashes and crashes[-1].kind == crash.kind and i - crashes[-1].line_index <= 20
             if not (same and crash.kind in (Kind.KILLED, Kind.SEGFAULT, Kind.ASSERT, Kind.FATAL)):  # one event, many lines
@@ -485,7 +491,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
                 "term_", "check failed", "check failure stack trace",
-                "training early", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
+                "training early", ": error: ", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')

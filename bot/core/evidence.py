@@ -148,7 +148,18 @@ def collapse_frames(text: str) -> list[str]:
     lines = [_capped(printable(last_frame(raw))) for raw in text.split("\n")]
     if lines and lines[-1] == "" and (text.endswith("\n") or not text):
         lines.pop()
-    return lines
+    return _unquoted(lines)
+
+
+_QUOTED = re.compile(r"^>(?: |$)")
+
+
+def _unquoted(lines: list[str]) -> list[str]:
+    """A log quoted whole (a mail's or an issue's `> ` before every line): the quote's marks are not the log's."""
+    written = [x for x in lines if x.strip()]
+    if len(written) < 2 or not all(_QUOTED.match(x) for x in written):
+        return lines
+    return [x[2:] if x.startswith("> ") else x[1:] for x in lines]
 
 
 def _key_values(text: str) -> dict[str, str]:

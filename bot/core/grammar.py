@@ -62,7 +62,7 @@ _NOISE_WORDS = {"average", "avg", "mean", "train", "training", "total", "running
 # lr:` is 20400, KAIR and BasicSR print so), a comma before another digit may not (`1,2,3` is a list). A full
 # stop after a number ends its sentence (`Total num frames: 438272.`); one before a digit makes a version (`1.2.3`).
 _NUM = (r"(?<![\w.])(?P<num>[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\d|\.\d|\.\w)"
-        r"|[-+]?\.\d+(?:[eE][-+]?\d+)?(?![\d.])|(?i:nan|[-+]?inf(?:inity)?)(?![A-Za-z]))")
+        r"|[-+]?\.\d+(?:[eE][-+]?\d+)?(?![\d.])|(?i:[-+]?nan|[-+]?inf(?:inity)?)(?![A-Za-z]))")
 _RATE_UNIT = r"(?:[A-Za-z]+/s(?:ec)?|s/it)\b"
 _CLOCK = re.compile(r"(?<![\w.:])(?P<clock>\d{1,3}:\d\d(?::\d\d)?(?:\.\d+)?)(?![\w:])")  # 0:00:01, 12:34 — one duration
 _NUMBER = re.compile(_CLOCK.pattern + "|" + _NUM + r"(?P<scale>[kKMGT](?![A-Za-z]))?"
@@ -172,10 +172,15 @@ def _key_before(text: str, start: int) -> str:
             m = named
         words.insert(0, m[0])
         left = left[: m.start()]
+        if _FLAG.search(left) and len(words) == 1:
+            return "--" + _normal_key(words[0])  # a command line's `--epochs 30`: a setting, named as one
         if not left.endswith(" ") or left.endswith("  ") or not left.strip():
             break
         left = left[:-1]
     return _normal_key(" ".join(words))
+
+
+_FLAG = re.compile(r"(?:^|[\s'\"])--\Z")
 
 
 def _normal_key(phrase: str) -> str:

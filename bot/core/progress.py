@@ -445,6 +445,7 @@ class _Found:
     groups: dict
     evaluation: _Line | None  # the latest evaluation line with an n/total counter
     sightings: tuple[Sighting, ...] = ()
+    paired: tuple[list[_Line], int | None] | None = None  # the series printed with the loop's that measures its loss
 
 
 def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None], rule: CounterRule | None = None) -> Progress:
@@ -463,10 +464,29 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None],
     if _evaluation(found.group[-1].template, found.group[-1].fields):
         # A loop that reports only its validation: a NaN there is the run's, the only loss it shows.
         steps = tuple(replace(s, non_finite=s.non_finite or _measured_non_finite(line.fields)) for s, line in zip(steps, kept))
+    if found.paired is not None:
+        steps = _with_measures(steps, *found.paired)
     if steps[-1].step is None:
         steps = _borrow_counter(steps, found.groups)
     loop = CounterRule(found.group[-1].template[:MAX_TEMPLATE], found.counter) if found.counter is not None else None
     return Progress(steps, evaluation, loop, found.sightings)
+
+
+def _with_measures(steps: tuple[Step, ...], paired: Sequence[_Line], counter: int | None) -> tuple[Step, ...]:
+    """Each step with the loss of the paired series' line printed with it: the one that counts the same (xgboost's
+    `boosting round 45` then `[45] …`), else the nearest before or after it."""
+    out = []
+    for step in steps:
+        near = [line for line in paired if abs(line.index - step.index) <= PAIRED_WITHIN]
+        if not near:
+            out.append(step)
+            continue
+        same = [line for line in near if counter is not None and counter < len(line.fields)
+                and line.fields[counter].value in (step.step, step.epoch)]
+        measured = _step(same[0] if same else min(near, key=lambda line: abs(line.index - step.index)), counter, None)
+        out.append(replace(step, loss=measured.loss, loss_key=measured.loss_key,
+                           non_finite=step.non_finite or measured.non_finite))
+    return tuple(out)
 
 
 def _sighting(tpl: str, raw: str) -> Sighting | None:
@@ -558,8 +578,23 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
     best_rank = min(r for r, *_ in ranked)
     # The latest loop; a lesser series only when it comes later and no loop does (a summary after
     # the loop is not the loop).
-    rank, _, group, counter = max((r for r in ranked if r[0] == best_rank), key=lambda r: r[1])
-    return _Found(rank, group, counter, groups, evaluation, _sightings(by_template, group[-1] if rank == 0 else None))
+    best = [r for r in ranked if r[0] == best_rank]
+    rank, last, group, counter = max(best, key=lambda r: r[1])
+    # Two series printed together, line after line, the latest without the loss (xgboost's `[50]\ttrain-logloss:-nan…`
+    # then `boosting round 51, 104 sec elapsed`; fairseq's epoch summary then `begin training epoch 104`): the
+    # latest says where the loop is, the other what it measured.
+    paired = None if _measures_loss(group) else max(
+        (r for r in best if r[2] is not group and r[1] >= last - PAIRED_WITHIN and _measures_loss(r[2])),
+        key=lambda r: r[1], default=None)
+    return _Found(rank, group, counter, groups, evaluation, _sightings(by_template, group[-1] if rank == 0 else None),
+                  paired=(paired[2], paired[3]) if paired else None)
+
+
+PAIRED_WITHIN = 2  # lines: a series whose last line is this close to the latest one's is printed with it
+
+
+def _measures_loss(group: Sequence[_Line]) -> bool:
+    return any(is_loss_key(f.key) and not is_eval_key(f.key) for f in group[-1].fields)
 
 
 BLOCK_LINES = 40  # a report block's lines below its header: rsl_rl prints ~30 `name: value` lines an iteration
