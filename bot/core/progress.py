@@ -129,8 +129,10 @@ def _candidate(index: int, raw: str) -> _Line | None:
 
 def _leading(f: Field, i: int) -> bool:
     """The line's first number, where the line starts (`98:\tlearn: …`, `[500]\teval-…`, a bare table's first
-    column): the row's label — a loop's counter when it advances line after line."""
-    return i == 0 and f.start <= 1 and f.is_int and f.finite and f.value >= 0
+    column) or after the one word that names it (TPOT's `Generation 20 - Current best internal CV score: 0.71`):
+    the row's label — a loop's counter when it advances line after line."""
+    named = bool(f.key) and " " not in f.key and f.start <= len(f.key) + 2
+    return i == 0 and (f.start <= 1 or named) and f.is_int and f.finite and f.value >= 0
 
 
 def _leading_counter(fs: Sequence[Field]) -> bool:

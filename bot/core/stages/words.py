@@ -9,6 +9,7 @@ from bot.core import humanize as hz
 from bot.core.bars import Bar
 from bot.core.crashes import SIGNAL_NAMES
 from bot.core.facts import Crash, Kind, Step
+from bot.core.progress import counter_word
 from bot.core.verdict import Finding, Found
 
 
@@ -31,10 +32,23 @@ def counter(step: Step) -> str:
         epoch = f"epoch {hz.number(step.epoch)}" + (f"/{step.epoch_total}" if step.epoch_total else "")
         parts.append(epoch)
     if step.step is not None:
-        word = "batch" if step.counter == "batch" and step.epoch is not None else (
-            "iteration" if step.counter in ("iteration", "iters") else "step")
-        parts.append(f"{word} {step.step}" + (f"/{step.total}" if step.total else ""))
+        parts.append(f"{_counter_word(step)} {step.step}" + (f"/{step.total}" if step.total else ""))
     return " · ".join(parts)
+
+
+_STEP_WORDS = frozenset({"step", "steps", "iter", "batch", "updates", "timesteps"})
+_A_WORD = re.compile(r"[a-z]{4,12}")
+
+
+def _counter_word(step: Step) -> str:
+    """The loop's own word for what it counts where it has one (`generation 20`, `trial 63`, `round 51`), else "step";
+    "batch" within an epoch."""
+    if step.counter == "batch" and step.epoch is not None:
+        return "batch"
+    if step.counter in ("iteration", "iters"):
+        return "iteration"
+    word = counter_word(step.counter) if step.counter else ""
+    return word if _A_WORD.fullmatch(word) and word not in _STEP_WORDS else "step"
 
 
 def progress(step: Step, previous: Step | None = None, *, place: bool = True, loss: bool = True) -> str:
