@@ -63,9 +63,18 @@ class _Line:
         return self.cleaned[f.end:f.end + 3]
 
 
+_COMPOUND = re.compile(r"^(?:training|train|env|agent|current|cur)_(iteration|step|episode|round|trial|update)$")
+
+
+def _named_as(f: Field) -> int | None:
+    """Where the key ranks among the step keys: its own, its last word's, or a compound's last part (RLlib's
+    `training_iteration: 27`)."""
+    compound = _COMPOUND.match(f.key)
+    return _STEP_PREFERENCE.get(f.key, _STEP_PREFERENCE.get(f.word, _STEP_PREFERENCE.get(compound[1]) if compound else None))
+
+
 def _counter(f: Field) -> bool:
-    return f.is_int and f.value >= 0 and f.finite and (f.key in _STEP_PREFERENCE or f.total is not None
-                                                       or f.word in _STEP_PREFERENCE)
+    return f.is_int and f.value >= 0 and f.finite and (_named_as(f) is not None or f.total is not None)
 
 
 def _epoch_field(fs: Sequence[Field]) -> Field | None:
@@ -217,11 +226,11 @@ def _choose_counter(group: Sequence[_Line]) -> int | None:
             continue
         values = [c.value for c in column]
         advances = _advancing(values) or _advancing_per_epoch(values, f.total)
-        named = _STEP_PREFERENCE.get(f.key, _STEP_PREFERENCE.get(f.word))
+        named = _named_as(f)
         is_epoch = f.word in EPOCH_KEYS or f.key in EPOCH_KEYS
         if len(group) >= 2 and not advances and not (named is not None and values[-1] >= values[0]):
             continue
-        if len(group) == 1 and f.key not in _STEP_PREFERENCE and f.total is None and not is_epoch:
+        if len(group) == 1 and f.key not in _STEP_PREFERENCE and not _COMPOUND.match(f.key) and f.total is None and not is_epoch:
             continue  # alone, only an exact step key counts: "gradient accumulation steps 8" is a setting
         # Named step keys first — one that advances before one that stands (litgpt's `iter 62 step 1`: the
         # optimizer's step waits for gradient accumulation, the iteration counts) —, then an n/total counter that
@@ -602,14 +611,23 @@ def _measures_loss(group: Sequence[_Line]) -> bool:
 BLOCK_LINES = 40  # a report block's lines below its header: rsl_rl prints ~30 `name: value` lines an iteration
 
 
+_KEY_VALUE = re.compile(r"[a-z][\w.]*:[ \t]*\d+")
+
+
 def _heads_block(line: _Line, numbered: Sequence[tuple[int, str]]) -> bool:
-    """A header over a report block: a line that is only a counter out of a total (rsl_rl's centred
-    `Learning iteration 156025/10000000`), with the block's measurements in the lines below it — a loss."""
+    """The counter of a report block: a line that is only a counter out of a total (rsl_rl's centred
+    `Learning iteration 156025/10000000`), with the block's measurements in the lines below it — a loss; or a
+    `name: value` row of a block of such rows that measures a loss around it (RLlib's result, printed as YAML
+    with its `training_iteration: 27` near the end)."""
     fs = line.fields
-    if len(fs) != 1 or fs[0].total is None or not fs[0].key or fs[0].value > fs[0].total:
+    if len(fs) != 1 or not fs[0].key or (fs[0].total is not None and fs[0].value > fs[0].total):
         return False
-    below = [text for index, text in numbered if line.index < index <= line.index + BLOCK_LINES]
-    return any(is_loss_key(f.key) for text in below for f in fields(clean(text)) if f.finite)
+    row = fs[0].total is None
+    if row and not _KEY_VALUE.fullmatch(line.cleaned):
+        return False
+    near = [text for index, text in numbered
+            if line.index < index <= line.index + BLOCK_LINES or (row and line.index - BLOCK_LINES <= index < line.index)]
+    return any(is_loss_key(f.key) for text in near for f in fields(clean(text)) if f.finite)
 
 
 def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:

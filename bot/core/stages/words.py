@@ -47,7 +47,7 @@ def _counter_word(step: Step) -> str:
         return "batch"
     if step.counter in ("iteration", "iters"):
         return "iteration"
-    word = counter_word(step.counter) if step.counter else ""
+    word = counter_word(step.counter).rsplit("_", 1)[-1] if step.counter else ""  # RLlib's `training_iteration`
     return word if _A_WORD.fullmatch(word) and word not in _STEP_WORDS else "step"
 
 
