@@ -68,7 +68,7 @@ _CLOCK = re.compile(r"(?<![\w.:])(?P<clock>\d{1,3}:\d\d(?::\d\d)?(?:\.\d+)?)(?![
 _NUMBER = re.compile(_CLOCK.pattern + "|" + _NUM + r"(?P<scale>[kKMGT](?![A-Za-z]))?"
                      rf"(?P<unit>[ \t]?{_RATE_UNIT}(?![ \t]*[=:])|%|ms\b|s\b(?!/)|[KMGT]i?B\b|[MG]b\b)?"
                      r"(?:[ \t]*/[ \t]*(?P<total>\d[\d,]*)(?![\d.]))?")
-_SEPARATORS = " \t'\":=[("
+_SEPARATORS = " \t'\":=[(#"  # and `Trial #63`'s number sign
 _WORD = re.compile(r"(?:\([\w/ ]{1,30}\)|[A-Za-z_][\w./%-]*)\Z")
 _NOT_KEY_WORDS = {"nan", "inf", "infinity", "e"}
 _QUALIFIED = re.compile(r"(?<![\w.])[A-Za-z_]\w*\Z")  # a word glued to the parenthesised qualifier after it

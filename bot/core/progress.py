@@ -638,7 +638,7 @@ def _borrow_counter(steps: tuple[Step, ...], groups) -> tuple[Step, ...]:
     best = None
     for line in near:
         for f in line.fields:
-            if f.is_int and f.finite and f.key in _STEP_PREFERENCE and not _plural(f.key):
+            if f.is_int and f.finite and _named_as(f) is not None and not _plural(f.key):
                 if best is None or abs(line.index - last.index) < abs(best[0].index - last.index):
                     best = (line, f)
     if best is None:
