@@ -63,6 +63,7 @@ END_WORDS = (
     (r"^process finished with exit code 0\b", "PyCharm's run console: `Process finished with exit code 0`"),
     (r"\bterminating training\b", "Keras TerminateOnNaN: `Batch 3: Invalid loss, terminating training`"),
     (r"\bearly stopping\b|\bstopping training\b", "Keras EarlyStopping: `Epoch 8: early stopping`; YOLOv5's `Stopping training early`"),
+    (r"^best pipeline: ", "TPOT's result once its search ends: `Best pipeline: BernoulliNB(KNeighborsClassifier(…), …)`"),
 )
 _ENDS = re.compile("(?i)" + "|".join(f"(?:{pattern})" for pattern, _ in END_WORDS))
 _TRAIN_RUNTIME = re.compile(r"""['"]train_runtime['"]\s*:\s*['"]?([\d.]+)""")
@@ -189,7 +190,7 @@ _KINDS = ((Mark.RESTARTING, _RESTART, ("restart",)),
           (Mark.PREPARING, _PREPARE, ("build", "creat", "tokeniz", "preprocess", "load", "prepar", "generat")))
 # Every END_WORDS line holds one of these (its `Total … time` lines by their phrase: "time" alone is in most step lines).
 END_GATE = ("exit", "train", "done", "complet", "finish", "stop", "sav", "execution time", "run time", "running time",
-            "elapsed time", "wall time", "clock time")
+            "elapsed time", "wall time", "clock time", "best pipeline")
 # A line with none of any pattern's words holds no announcement and no end: find_markers skips it unread.
 _WORDS = tuple(dict.fromkeys(END_GATE + tuple(w for _, _, words in _KINDS for w in words)))
 

@@ -91,6 +91,8 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     return _cause_of(chosen, own)
 
 
+ECHO_LINES = 3  # an end's echo: the loop's last frame printed this close after it
+
 # What a process does once an error has doomed it: abort (a failed `assert(0)`, SIGABRT) — the symptom.
 _SYMPTOMS = frozenset({Kind.FATAL, Kind.ASSERT})
 CAUSE_WITHIN = 10  # lines: an abort this close after another error is that error's end
@@ -241,7 +243,8 @@ def _last_move(steps) -> int:
 
 # What a loop prints once it is over: results of a final test or evaluation, the best value, a last save.
 _RESULT = re.compile(r"(?i)\b(?:test|val(?:id(?:ation)?)?|eval(?:uation)?|final|best|results?|top-?[15]|acc(?:uracy)?|"
-                     r"mAP|mIoU|dice|bleu|rouge|f1|auc|score|ppl|perplexity)\w*\b[^\n]{0,40}?[:=]?[ \t]*-?\d")
+                     r"mAP|mIoU|dice|bleu|rouge|f1|auc|score|ppl|perplexity)\w*\b[^\n]{0,40}?[:=]?[ \t]*-?\d"
+                     r"|^\W*best [\w ]{1,30}:[ \t]*[A-Za-z]\w")  # a search's winner, by name: `Best model: AutoGluonTabular`
 
 
 _AGGREGATE = re.compile(r"(?i)\b(?:avg|average|mean|total|overall)\b[^\n]{0,40}?[:=][ \t]*-?\d")
@@ -261,9 +264,9 @@ def results_after(ev: Evidence, step: Step | None) -> bool:
     return bool(summaries) and not any(template(x) in summaries for x in ev.lines[:at + 1] if _AGGREGATE.search(x))
 
 
-def last_result(ev: Evidence, step: Step | None) -> str | None:
-    """The last result line after the loop (what a finished run's headline can end with)."""
-    at = _position(step)
+def last_result(ev: Evidence, step: Step | None, after: int = -1) -> str | None:
+    """The last result line after the loop, or after `after` (what a finished run's headline can end with)."""
+    at = max(_position(step), after)
     for x in reversed(ev.lines[max(at + 1, len(ev.lines) - 12):]):
         if x.strip() and _RESULT.search(x):
             text = redact_secrets(x.strip())  # before the cut
@@ -296,10 +299,11 @@ def activity(ev: Evidence) -> Doing:
         crash, restarted_after = _fatal(ev, max(at, crash.line_index + 3)), crash
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
     # last move, not after its last redraw.
-    # Keras prints its last batch's frame after a callback's `terminating training`: one step after an end is its echo.
+    # Keras prints its last batch's frame after a callback's `terminating training`, and HF's tqdm its bar's last state
+    # after the train metrics (a dict a terminal may wrap over two lines): one step just after an end is its echo.
     moved = _last_move(ev.steps)
     ends = [m for m in ev.markers if m.kind is Mark.ENDED and not _loop_line(ev, m) and (
-        m.index >= moved or (m.index == moved - 1 and sum(s.index > m.index and s.fmt != "announced" for s in ev.steps) == 1))]
+        m.index >= moved or (moved - ECHO_LINES <= m.index and sum(s.index > m.index and s.fmt != "announced" for s in ev.steps) == 1))]
     base = {"step": step, "thread_crash": thread_crash, "reached_total": _reached(step), "restarted_after": restarted_after}
     if crash is not None and crash.kind is Kind.CANCELLED and base["reached_total"]:
         # The loop reached its total, then the scheduler ended the job at its time limit: the work is done and the

@@ -245,8 +245,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             told.add(Said.LOSS)
         if doing.ended is not None and (reason := end_reason(doing.ended, ev.lines)) and not _GENERIC_END.match(reason):
             head += f" ({reason})"
-        elif doing.ended is None and (result := last_result(ev, step)):
-            head += f", then: {result}"
+        elif result := last_result(ev, step, doing.ended.index if doing.ended is not None else -1):
+            head += f", then: {result}"  # after a bare "Training complete.", the summary it printed says more
         if doing.crash is not None:  # done, then ended by the scheduler: it hung on its way out
             return verdict(Phase.FINISHED, Level.WARN, f"{head}, then {words.crash(doing.crash, 70)}",
                            [Concern(Worry.HUNG_ON_EXIT)], said={Said.CRASH} | told)
