@@ -28,6 +28,7 @@ class Step:
     stamp: float | None = None  # the line's own timestamp, on the log's clock (only differences mean anything)
     non_finite: tuple[str, ...] = ()  # keys whose value is nan or inf on this line ("loss", "grad_norm")
     lr: float | None = None  # the learning rate the line prints (its schedule says where the run plans to end)
+    percent: float | None = None  # how far the loop says it is, in percent (gensim's `PROGRESS: at 24.71% examples`)
 
 
 class Kind(str, enum.Enum):

@@ -168,6 +168,27 @@ def _epoch_column(group: Sequence[_Line]) -> int | None:
     return None
 
 
+_PROGRESS_KEYS = ("", "at", "progress", "done", "completed", "complete")
+PERCENT_LINES = 3
+
+
+def _percent_column(group: Sequence[_Line]) -> int | None:
+    """Where these lines say how far the loop is, in percent, when that figure advances line after line (gensim's
+    `EPOCH 1 - PROGRESS: at 24.71% examples`, fastText's `{"progress":64.8,…}`); an accuracy in % is no such field."""
+    if len(group) < PERCENT_LINES:
+        return None
+    width = min(len(line.fields) for line in group)
+    for i in range(width):
+        column = [line.fields[i] for line in group]
+        last = column[-1]
+        if not ((last.unit == "%" and last.key in _PROGRESS_KEYS) or (last.key == "progress" and not last.unit)):
+            continue
+        values = [f.value for f in column]
+        if all(f.key == last.key and 0 <= f.value <= 100 for f in column) and _advancing(values):
+            return i
+    return None
+
+
 def _rated_count(fs: Sequence[Field]) -> bool:
     """A line that may be a loop's report though it names no counter: a throughput beside whole numbers, one of
     which may be the total done so far (Sample Factory's `Fps is (10 sec: 19622.1, …). Total num frames: 438272.`)."""
@@ -477,6 +498,8 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None],
         steps = tuple(replace(s, non_finite=s.non_finite or _measured_non_finite(line.fields)) for s, line in zip(steps, kept))
     if found.paired is not None:
         steps = _with_measures(steps, *found.paired)
+    if (done := _percent_column(found.group)) is not None:
+        steps = tuple(replace(s, percent=line.fields[done].value) for s, line in zip(steps, kept))
     if steps[-1].step is None:
         steps = _borrow_counter(steps, found.groups)
     loop = CounterRule(found.group[-1].template[:MAX_TEMPLATE], found.counter) if found.counter is not None else None
@@ -574,12 +597,14 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
             continue  # numbers in rows, no loop behind them
         counter = _choose_counter(group)
         has_loss = any(is_loss_key(f.key) for f in group[-1].fields)
-        if counter is None and not (has_loss and (len(group) >= 2 or _metric(group[-1].fields))):
+        done = _percent_column(group)
+        if counter is None and done is None and not (has_loss and (len(group) >= 2 or _metric(group[-1].fields))):
             continue  # numbers, but no loop behind them
         header = counter is not None and len(group) == 1 and _heads_block(group[0], numbered)
         if counter is not None and len(group) == 1 and not _metric(group[0].fields) and not header:
             continue  # one `step 3` in prose is not a loop
-        rank = 0 if counter is not None and len(group) >= 2 else 1 if counter is not None and (has_loss or header) else 2
+        rank = 0 if (counter is not None or done is not None) and len(group) >= 2 else (
+            1 if counter is not None and (has_loss or header) else 2)
         ranked.append((rank, group[-1].index, group, counter))
     # A loop that reports only its validation, epoch by epoch (Theano's `epoch 35: validation error nan %`): with
     # no training series, that epoch is the loop's.

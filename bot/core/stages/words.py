@@ -33,6 +33,8 @@ def counter(step: Step) -> str:
         parts.append(epoch)
     if step.step is not None:
         parts.append(f"{_counter_word(step)} {step.step}" + (f"/{step.total}" if step.total else ""))
+    if step.percent is not None:
+        parts.append(f"{hz.number(step.percent)}%")
     return " · ".join(parts)
 
 
