@@ -131,7 +131,8 @@ _SAVE = re.compile(r"(?i)\bsaving\b[^.;]{0,60}?\b(?:checkpoints?|ckpts?|models?|
                    r"|\bsave (?:the )?(?:last|final|best) (?:checkpoint|model)\b|^save (?:the )?(?:checkpoint|model)\b")
 _SAVED = re.compile(r"(?i)successfully saved|finished saving|done saving|saving took|checkpoint saved|is ready now|"
                     r"\bsaved (?:the )?(?:checkpoint|model|state|weights|adapter)\b|\bmodel weights saved\b|"
-                    r"\bsaved (?:checkpoint|model) to\b|\bsave(?:d)? .*? in [\d.]+ ?s\b")
+                    r"\bsaved (?:checkpoint|model) to\b|\bsave(?:d)? .*? in [\d.]+ ?s\b"
+                    r"|\bcheckpoint\b[^;]{0,40}?\bsaved to\b")  # torchtune: `Model checkpoint of size 4.66 GiB saved to …`
 _EVAL = re.compile(r"(?i)\*+[ \t]*Running (?:Evaluation|Prediction)|\bRunning (?:evaluation|validation|inference)\b"
                    r"|^(?:Evaluating|Validating)\b|\bStart inference on\b|\bstart(?:ing)? (?:evaluation|validation)\b"
                    r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?[ \t]*(?::|\.\.\.|…|$)"

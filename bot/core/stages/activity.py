@@ -176,6 +176,23 @@ def _unfinished_save(ev: Evidence, after: int) -> Marker | None:
     return replace(now[-1], kind=Mark.SAVING) if len(before) > len(now) else None
 
 
+_SHARD = re.compile(r"(?<!\d)(\d{1,6})-of-(\d{1,6})(?!\d)")  # `ft-model-00013-of-00030.safetensors`
+
+
+def shard_of(marker: Marker) -> tuple[int, int] | None:
+    """The shard a save's line names, out of how many (`ft-model-00013-of-00030.safetensors`: 13 of 30)."""
+    return (int(m[1]), int(m[2])) if (m := _SHARD.search(marker.text)) else None
+
+
+def _sharded_save(ev: Evidence, after: int) -> Marker | None:
+    """A save written shard by shard, one line each, its last shard short of the count its file names give
+    (torchtune's `… saved to …/epoch_0/ft-model-00013-of-00030.safetensors`): the save goes on."""
+    now = [m for m in ev.markers if m.index > after]
+    if not now or any(m.kind is not Mark.SAVED for m in now) or not (shard := shard_of(now[-1])):
+        return None
+    return replace(now[-1], kind=Mark.SAVING) if shard[0] < shard[1] else None
+
+
 def _routine_save(ev: Evidence, marker: Marker) -> bool:
     """A save the loop makes as it goes, not a phase it stops in: the run announced saves before (at least
     two) and went on with its next step after each, with no closing line and no stamp to time them by
@@ -269,7 +286,8 @@ def last_result(ev: Evidence, step: Step | None, after: int = -1) -> str | None:
     at = max(_position(step), after)
     for x in reversed(ev.lines[max(at + 1, len(ev.lines) - 12):]):
         if x.strip() and _RESULT.search(x):
-            text = redact_secrets(x.strip())  # before the cut
+            # its own words (no stamp or logger before them), before the cut; redacted before it too
+            text = re.sub(r"[ \t]{2,}", "  ", redact_secrets(message(x).strip() or x.strip()))
             return text[:60] + ("…" if len(text) > 60 else "")
     return None
 
@@ -315,7 +333,7 @@ def activity(ev: Evidence) -> Doing:
     bars = [b for b in ev.bars if b.index > at and (b.bar.role is not Role.TRAINING or b.bar.nested) and not b.after
             and not (b.bar.role is Role.EVALUATING and b.bar.finished)]
     bar = bars[-1] if bars else None
-    marker = _open_marker(ev, at) or _unfinished_save(ev, at)
+    marker = _open_marker(ev, at) or _unfinished_save(ev, at) or _sharded_save(ev, at)
     if marker is not None and marker.kind is Mark.SAVING and step is not None and _routine_save(ev, marker):
         marker = None
     if marker is not None and marker.kind is Mark.EVALUATING and step is not None and _loop_preamble(ev, marker):

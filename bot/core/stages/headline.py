@@ -17,7 +17,7 @@ from bot.core.stages import findings as fd
 from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
 from bot.core.markers import words as announced
-from bot.core.stages.activity import Doing, last_result, logged_error, results_after
+from bot.core.stages.activity import Doing, last_result, logged_error, results_after, shard_of
 from bot.core.stages.freshness import Freshness, allowed_before_first_step, standing
 from bot.core.stages.pace import phase_threshold
 from bot.core.stages.schedule import at_schedule_end
@@ -119,6 +119,8 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
         if doing.final_save:
             last = next(m.step for m in reversed(ev.markers) if m.index < doing.marker.index)
             return Described(f"saving the final model after the checkpoint at step {last}{_so_far(ev, doing.marker.index)}")
+        if doing.phase is Phase.SAVING and (shard := shard_of(doing.marker)):
+            return Described(f"saving checkpoint — shard {shard[0]}/{shard[1]} written{_so_far(ev, doing.marker.index)}")
         if doing.marker.kind is Mark.RESTARTING:
             after = f" after {words.crash(doing.restarted_after, 60)}" if doing.restarted_after is not None else ""
             return Described(f"restarting{after} — {announced(doing.marker, 80)}{_so_far(ev, doing.marker.index)}")
