@@ -356,7 +356,8 @@ def strip_stamp(text: str) -> str:
 RANK_PREFIX = re.compile(r"^[ \t]*(?:\[(?:rank|default)(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:"
                          r"|\[(\d+),mpirank:\d+[^\]]*\]<std(?:out|err)>:|(\d{1,5}): (?=\[)"
                          # a rank column before the stamp: `0 | 2023-06-01 02:22:35,218 - INFO - …`
-                         r"|(\d{1,5}) \| (?=\d{4}-\d\d-\d\d)) ?")
+                         r"|(\d{1,5}) \| (?=\d{4}-\d\d-\d\d)"
+                         r"|\[rank:[ \t]*(\d{1,5})\]) ?")  # ParlAI's `[rank:  1] [ running eval: valid ]`
 # pdsh: "v100x16-2: …", "192.168.205.202: …", "localhost: …" (lower case: `torch.OutOfMemoryError: …` is no host)
 _HOST_PREFIX = re.compile(r"^[ \t]*(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|[a-z][a-z0-9-]{0,30}\d[a-z0-9-]*(?:\.[a-z0-9-]+)*):(?: (?=\S)|[ \t]*$)")
 
@@ -365,7 +366,7 @@ def split_rank_prefix(text: str) -> tuple[int | None, str]:
     """Strip torchrun (`[rank3]:`, `[default0]:`) and mpirun (`[1,3]<stderr>:`) line prefixes."""
     rank = None
     while m := RANK_PREFIX.match(text):
-        value = m[1] or m[2] or m[3] or m[4] or m[5]
+        value = m[1] or m[2] or m[3] or m[4] or m[5] or m[6]
         rank = int(value) if rank is None and len(value) < 7 else rank
         text = text[m.end():]
     return rank, text

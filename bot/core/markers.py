@@ -133,7 +133,7 @@ _SAVED = re.compile(r"(?i)successfully saved|finished saving|done saving|saving 
                     r"\bsaved (?:the )?(?:checkpoint|model|state|weights|adapter)\b|\bmodel weights saved\b|"
                     r"\bsaved (?:checkpoint|model) to\b|\bsave(?:d)? .*? in [\d.]+ ?s\b"
                     r"|\bcheckpoint\b[^;]{0,40}?\bsaved to\b")  # torchtune: `Model checkpoint of size 4.66 GiB saved to …`
-_EVAL = re.compile(r"(?i)\*+[ \t]*Running (?:Evaluation|Prediction)|\bRunning (?:evaluation|validation|inference)\b"
+_EVAL = re.compile(r"(?i)\*+[ \t]*Running (?:Evaluation|Prediction)|\bRunning (?:eval(?:uation)?|validation|inference)\b"
                    r"|^(?:Evaluating|Validating)\b|\bStart inference on\b|\bstart(?:ing)? (?:evaluation|validation)\b"
                    r"|^(?:Evaluation|Validation|Testing|Test|Sanity Checking)(?:[ \t]+DataLoader[ \t]+\d+)?[ \t]*(?::|\.\.\.|…|$)"
                    r"|\bEvaluate in main process\b"

@@ -128,8 +128,8 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
             what = f"{lead}{announced(doing.marker)}"
         elif doing.phase is Phase.PREPARING:
             what = f"{lead}preparing the dataset: {announced(doing.marker, 60)}"
-        elif doing.phase is Phase.EVALUATING and re.search(r"\d", announced(doing.marker)):
-            what = f"evaluating: {announced(doing.marker, 60)}"  # "Start inference on 5000 batches"
+        elif doing.phase is Phase.EVALUATING and re.search(r"\d|:", said := announced(doing.marker, 60)):
+            what = f"evaluating: {said}"  # "Start inference on 5000 batches", ParlAI's "running eval: valid" (which split)
         # "checkpoint-1000" says more than an HF dict's "epoch 0.12"; `saving checkpoint at iteration 1000` more
         # than the last step line's 990.
         by_marker = doing.marker.step is not None and (step is None or step.step is None)

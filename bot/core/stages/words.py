@@ -127,6 +127,8 @@ def crash(c: Crash, limit: int = 90) -> str:
             text = text.replace(name, c.signal_hint, 1) if name in text else f"{text} — {c.signal_hint}"
         return hz.trim(who + text, limit)
     head = c.exc_type
+    if c.message and len(who) + len(head) + len(c.message) + 2 > limit:
+        head = head.rsplit(".", 1)[-1]  # a cut line keeps the message, not the module path (`torch.multiprocessing.spawn.`)
     text = f"{who}{head}: {first_sentences(c.message, limit - len(head) - len(who))}" if c.message else f"{who}{head}"
     return hz.trim(text, limit)
 
