@@ -65,6 +65,9 @@ DDP_OOM_STEP=${DDP_OOM_STEP:-20}            # rank 1's outlier batch
 ACCEL_ARGS=${ACCEL_ARGS:-"--seq 131072 --start-batch 64 --vocab 16384 --dim 1024 --heads 16"}
 STOP_STEP=${STOP_STEP:-20}                  # sigstop: SIGSTOP after this step, SIGCONT after HANG_WAIT
 SEGV_STEP=${SEGV_STEP:-15}
+# round 9's jobs (JOBS="hf-early elastic lit-val-crash jsonl nested")
+HF_EARLY_ARGS=${HF_EARLY_ARGS:-"--layers 8 --hidden 512 --heads 8 --vocab 32000 --seq 256 --batch 8 --steps 400 --logging-steps 10 --eval-steps 40 --eval-items 160 --item-sleep 0.01"}
+ELASTIC_FAIL=${ELASTIC_FAIL:-10}            # rank 1's failing step on the first attempt
 
 if [ "$DEVICE" = auto ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
@@ -636,6 +639,58 @@ job_segv() {  # a native crash inside the loop, with faulthandler on
     end_job
 }
 
+# ---------------------------------------------------------------- round 9: early stops, restarts, formats
+# shellcheck disable=SC2086
+job_hf_early() {  # HF Trainer stopped by EarlyStoppingCallback far short of max_steps
+    start_job hf-early hf_job.py --mode early --out "$CKPT/hf-early/out" --device "$DEVICE" $HF_EARLY_ARGS
+    wait_event " step step=30 " 120 && moment training gpus
+    if wait_event " eval_begin " 90; then sleep 0.8; moment evaluating; fi
+    wait_exit 150
+    moment finished
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_elastic() {  # torchrun --max-restarts 1: rank 1 fails on the first attempt, the agent restarts the group
+    LAUNCH=("${TORCHRUN[@]}" --max-restarts 1)
+    start_job elastic dist_job.py --mode flaky --fail-step "$ELASTIC_FAIL" --steps 60 --device "$DEVICE" $DIST_ARGS
+    LAUNCH=()
+    if wait_event " fault " 120; then
+        sleep 2; moment restarting
+        wait_event " step step=15\$" 90 && moment training-again gpus
+    fi
+    wait_exit 90
+    moment finished
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_lit_val_crash() {  # Lightning: the validation step of epoch 1 raises
+    start_job lit-val-crash lit_job.py --bar tqdm --fail-val-epoch 1 --device "$DEVICE" $LIT_ARGS
+    wait_event " batch epoch=1 batch=$LIT_MID_BATCH " 90 && moment training-epoch1 gpus
+    wait_exit 90
+    moment crashed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_jsonl() {  # a loop that logs JSON lines
+    start_job jsonl plain_job.py --mode json --steps 150 --device "$DEVICE" $REPL_ARGS
+    wait_event " step step=40\$" 90 && moment training gpus
+    wait_exit 60
+    moment finished
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_nested() {  # tqdm: an outer bar over epochs, an inner one over batches with the loss as postfix
+    start_job nested plain_job.py --mode nested --epochs 3 --per-epoch 60 --device "$DEVICE" $REPL_ARGS
+    wait_event " step step=90 " 90 && moment training gpus
+    wait_exit 60
+    moment finished
+    end_job
+}
+
 # ---------------------------------------------------------------- nvidia-smi's utilisation window
 util_timed() {  # file label cmd...: 5 timed calls, every output kept
     local f=$1 label=$2; shift 2
@@ -785,7 +840,7 @@ log "$(tr '\n' ' ' < "$CAP/runbot-preflight.txt")"
     echo "loading_grace = \"$LOADING_GRACE\""
     echo "gpu_samples = $GPU_SAMPLES"
     for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start \
-        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv; do
+        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv hf-early elastic lit-val-crash jsonl nested; do
         echo
         echo "[runs.$j]"
         echo 'host = "local"'
@@ -821,6 +876,11 @@ for j in $JOBS; do
         accel-bs) need 50 accel-bs && job_accel_bs ;;
         sigstop) need $(( HANG_WAIT + 50 )) sigstop && job_sigstop ;;
         segv) need 40 segv && job_segv ;;
+        hf-early) need 90 hf-early && job_hf_early ;;
+        elastic) need 80 elastic && job_elastic ;;
+        lit-val-crash) need 60 lit-val-crash && job_lit_val_crash ;;
+        jsonl) need 45 jsonl && job_jsonl ;;
+        nested) need 50 nested && job_nested ;;
         *) note "unknown job $j" ;;
     esac
 done

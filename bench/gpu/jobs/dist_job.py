@@ -7,6 +7,8 @@ hang: gloo (both ranks may share a GPU); when --control/stall appears, rank 1 st
       The driver then SIGKILLs rank 1 and torchrun reports it.
 oom:  gloo; at --oom-step rank 1 gets one long outlier batch (--oom-seq tokens) whose attention
       scores do not fit in the GPU: torch.OutOfMemoryError on rank 1, torchrun stops rank 0.
+flaky: gloo, under `--max-restarts 1`: on the first attempt rank 1 reads past its data shards at --fail-step
+      (IndexError); torchrun's agent restarts the worker group and the second attempt runs to --steps, exit 0.
 dup:  NCCL with both ranks on cuda:0, the mistake of a script that never calls set_device(LOCAL_RANK):
       NCCL refuses the duplicate GPU at DDP's first broadcast.
 
@@ -57,7 +59,7 @@ class Attn(nn.Module):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["hang", "oom", "dup"], required=True)
+    p.add_argument("--mode", choices=["hang", "oom", "dup", "flaky"], required=True)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--control", default="")
     p.add_argument("--steps", type=int, default=100000)
@@ -69,6 +71,7 @@ def main() -> int:
     p.add_argument("--step-sleep", type=float, default=0.1)
     p.add_argument("--oom-step", type=int, default=20)
     p.add_argument("--oom-seq", type=int, default=131072)
+    p.add_argument("--fail-step", type=int, default=10)
     a = p.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -87,6 +90,10 @@ def main() -> int:
         print(f"model: {n / 1e6:.1f}M params, DDP over {world} ranks", flush=True)
     event("ready", rank=rank, pid=os.getpid())
     stall = os.path.join(a.control, "stall") if a.control else ""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    shards = list(range(a.fail_step - 1)) if (a.mode == "flaky" and rank == 1 and attempt == 0) else None
+    if rank == 0:
+        print(f"attempt {attempt}: training for {a.steps} steps", flush=True)
     gen = torch.Generator(device=dev).manual_seed(rank)
     t0 = time.time()
     for step in range(1, a.steps + 1):
@@ -94,6 +101,10 @@ def main() -> int:
             event("stall_begin", step=step)
             while True:  # a rank that stops answering: rank 0 waits in the next all-reduce
                 time.sleep(1)
+        if shards is not None:
+            if step > len(shards):
+                event("fault", step=step, rank=rank)
+            _ = shards[step - 1]  # a data shard list one short: IndexError on the first attempt
         seq = a.oom_seq if (a.mode == "oom" and rank == 1 and step == a.oom_step) else a.seq
         if seq != a.seq:
             event("outlier", step=step, seq=seq)

@@ -8,6 +8,9 @@ ok:  logging_steps, an evaluation every --eval-steps (eval bar), --save-steps ch
      (model + optimizer state), trainer.save_model() at the end, exit 0.
 nan: a learning rate so large the loss goes inf/NaN in the first steps; the loop keeps
      stepping (logging_nan_inf_filter=False, so the NaN reaches the logged loss), exit 0.
+early: EarlyStoppingCallback(early_stopping_patience=1) on eval_loss with greater_is_better=True (the
+     direction set the wrong way round, a common slip): the loss falls, so the second evaluation is "worse"
+     and the Trainer stops there, far short of max_steps, with its metrics dict; exit 0.
 
 Items sleep --item-sleep seconds each (a data-loading bound job: steps and the eval bar
 take a predictable time on any device). The job's own prints are what a plain training
@@ -32,6 +35,7 @@ from transformers import (  # noqa: E402
     LlamaConfig,
     LlamaForCausalLM,
     Trainer,
+    EarlyStoppingCallback,
     TrainerCallback,
     TrainingArguments,
 )
@@ -80,7 +84,7 @@ class Events(TrainerCallback):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["ok", "nan"], default="ok")
+    p.add_argument("--mode", choices=["ok", "nan", "early"], default="ok")
     p.add_argument("--out", required=True)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--layers", type=int, default=24)
@@ -133,9 +137,12 @@ def main() -> int:
         report_to="none",
         disable_tqdm=False,
         seed=0,
+        **({"load_best_model_at_end": True, "metric_for_best_model": "eval_loss", "greater_is_better": True,
+            "save_steps": a.eval_steps} if a.mode == "early" else {}),
     )
+    early = [EarlyStoppingCallback(early_stopping_patience=1)] if a.mode == "early" else []
     trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                      callbacks=[Events()])
+                      callbacks=[Events(), *early])
     result = trainer.train()
     print(result, flush=True)
     if not nan:

@@ -11,6 +11,9 @@ Timing events for the driver go to $JOB_EVENTS (events.py), never to the log.
 --control DIR steers a long run (issue 20's busy rich-bar job): while DIR/stall exists the loop
 sleeps after its batch (alive, GPU memory held, GPU idle); once DIR/stop appears it ends two
 steps later through max_steps, so Lightning prints its own `Trainer.fit` stopped line.
+
+--fail-val-epoch N: the validation step of epoch N raises at its 6th batch (a metric over an empty batch), as a
+validation bug does: Lightning's traceback, exit 1.
 """
 
 from __future__ import annotations
@@ -49,9 +52,10 @@ class RandomTokens(Dataset):
 
 
 class TinyLM(pl.LightningModule):
-    def __init__(self, vocab: int, dim: int, layers: int, heads: int, lr: float):
+    def __init__(self, vocab: int, dim: int, layers: int, heads: int, lr: float, fail_val_epoch: int = -1):
         super().__init__()
         self.save_hyperparameters()
+        self.fail_val_epoch = fail_val_epoch
         self.emb = nn.Embedding(vocab, dim)
         layer = nn.TransformerEncoderLayer(dim, heads, dim * 4, batch_first=True, norm_first=True)
         self.body = nn.TransformerEncoder(layer, layers)
@@ -71,6 +75,9 @@ class TinyLM(pl.LightningModule):
         return loss
 
     def validation_step(self, batch, batch_idx):
+        if self.current_epoch == self.fail_val_epoch and batch_idx == 5 and not self.trainer.sanity_checking:
+            event("fault", epoch=self.current_epoch)
+            torch.stack([])  # the metric of an empty batch: RuntimeError, stack expects a non-empty TensorList
         loss = self._loss(batch)
         self.log("val_loss", loss, prog_bar=True)
 
@@ -136,6 +143,7 @@ def main() -> int:
     p.add_argument("--item-sleep", type=float, default=0.005)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--control", default="", help="folder of the driver's stall / stop files")
+    p.add_argument("--fail-val-epoch", type=int, default=-1)
     a = p.parse_args()
 
     pl.seed_everything(0)
@@ -143,7 +151,7 @@ def main() -> int:
                        batch_size=a.batch, shuffle=True)
     val = DataLoader(RandomTokens(a.val_batches * a.batch, a.seq, a.vocab, 2, a.item_sleep),
                      batch_size=a.batch)
-    model = TinyLM(a.vocab, a.dim, a.layers, a.heads, a.lr)
+    model = TinyLM(a.vocab, a.dim, a.layers, a.heads, a.lr, a.fail_val_epoch)
     bar = TQDMProgressBar() if a.bar == "tqdm" else RichProgressBar()
     trainer = pl.Trainer(
         accelerator="gpu" if a.device == "cuda" else "cpu",

@@ -16,6 +16,10 @@ compile: the model is wrapped in torch.compile (default mode, default logging: w
          dynamo/inductor print by themselves); the first step compiles. When --control/fault
          appears, an embedding lookup with an out-of-range token id runs (eager, outside the
          compiled graph): a device-side assert on CUDA (IndexError on CPU), exit 1.
+json:    the rotate loop, printing one JSON object a step (`{"step": 12, "loss": 9.84, "tokens_per_sec": 31797,
+         "elapsed": 4.4}`), as loggers that write JSON lines do; stops at --steps with `{"event": "done", …}`.
+nested:  tqdm bars, an outer one over --epochs epochs and an inner one (leave=False) over --per-epoch batches with
+         the loss as its postfix; at the end `training finished`.
 segv:    the rotate loop; when --control/fault appears, a native call reads address 0 (as a broken
          extension would): SIGSEGV, and with --faulthandler Python's own `Fatal Python error:
          Segmentation fault` with every thread's stack.
@@ -27,6 +31,7 @@ neither shows in the log.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -74,7 +79,7 @@ class LM(nn.Module):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv"], required=True)
+    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv", "json", "nested"], required=True)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--control", default="")
     p.add_argument("--steps", type=int, default=100000)
@@ -88,6 +93,8 @@ def main() -> int:
     p.add_argument("--item-sleep", type=float, default=0.01)
     p.add_argument("--step-sleep", type=float, default=0.0, help="rotate: pause per step")
     p.add_argument("--log-every", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=3, help="nested: outer bar's epochs")
+    p.add_argument("--per-epoch", type=int, default=60, help="nested: inner bar's batches")
     p.add_argument("--faulthandler", action="store_true", help="faulthandler.enable(), as many trainers do")
     p.add_argument("--tb", default="", help="rotate: also write TensorBoard scalars into this folder")
     a = p.parse_args()
@@ -118,6 +125,8 @@ def main() -> int:
         gen = torch.Generator(device=dev).manual_seed(0)
         batches = None
 
+    if a.mode == "nested":
+        return _nested(a, model, opt, dev)
     tb = None
     if a.tb:
         from torch.utils.tensorboard import SummaryWriter
@@ -157,14 +166,45 @@ def main() -> int:
             rate = tokens * (step - done) / max(now - t_last, 1e-9)
             if step == 1 and a.mode == "compile":
                 event("compile_end")
-            print(f"step={step} loss={val:.4f} tok/s={rate:.0f} elapsed={now - t0:.1f}s", flush=True)
+            if a.mode == "json":
+                print(json.dumps({"step": step, "loss": round(val, 4), "tokens_per_sec": round(rate),
+                                  "elapsed": round(now - t0, 1)}), flush=True)
+            else:
+                print(f"step={step} loss={val:.4f} tok/s={rate:.0f} elapsed={now - t0:.1f}s", flush=True)
             if tb is not None:
                 tb.add_scalar("loss", val, step)
             t_last, done = now, step
             event("step", step=step)
         if a.step_sleep:
             time.sleep(a.step_sleep)
-    print("training done", flush=True)
+    if a.mode == "json":
+        print(json.dumps({"event": "done", "steps": done, "elapsed": round(time.time() - t0, 1)}), flush=True)
+    else:
+        print("training done", flush=True)
+    event("exit")
+    return 0
+
+
+def _nested(a, model, opt, dev) -> int:
+    from tqdm import tqdm
+
+    gen = torch.Generator(device=dev).manual_seed(0)
+    step = 0
+    for epoch in tqdm(range(a.epochs), desc="epochs"):
+        inner = tqdm(range(a.per_epoch), desc=f"epoch {epoch}", leave=False)
+        for _ in inner:
+            ids = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=gen)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.device == "cuda"):
+                loss = model(ids)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            inner.set_postfix(loss=f"{loss.item():.4f}")
+            event("step", step=step, epoch=epoch)
+            if a.step_sleep:
+                time.sleep(a.step_sleep)
+    print("training finished", flush=True)
     event("exit")
     return 0
 
