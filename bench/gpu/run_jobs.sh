@@ -66,7 +66,7 @@ ACCEL_ARGS=${ACCEL_ARGS:-"--seq 131072 --start-batch 64 --vocab 16384 --dim 1024
 STOP_STEP=${STOP_STEP:-20}                  # sigstop: SIGSTOP after this step, SIGCONT after HANG_WAIT
 SEGV_STEP=${SEGV_STEP:-15}
 # round 9's jobs (JOBS="hf-early elastic lit-val-crash jsonl nested")
-HF_EARLY_ARGS=${HF_EARLY_ARGS:-"--layers 8 --hidden 512 --heads 8 --vocab 32000 --seq 256 --batch 8 --steps 400 --logging-steps 10 --eval-steps 40 --eval-items 160 --item-sleep 0.01"}
+HF_EARLY_ARGS=${HF_EARLY_ARGS:-"--layers 8 --hidden 512 --heads 8 --vocab 32000 --seq 256 --batch 8 --steps 400 --logging-steps 10 --eval-steps 40 --save-steps 40 --eval-items 160 --item-sleep 0.01"}
 ELASTIC_FAIL=${ELASTIC_FAIL:-10}            # rank 1's failing step on the first attempt
 
 if [ "$DEVICE" = auto ]; then
@@ -651,9 +651,10 @@ job_hf_early() {  # HF Trainer stopped by EarlyStoppingCallback far short of max
 }
 
 # shellcheck disable=SC2086
-job_elastic() {  # torchrun --max-restarts 1: rank 1 fails on the first attempt, the agent restarts the group
-    LAUNCH=("${TORCHRUN[@]}" --max-restarts 1)
-    start_job elastic dist_job.py --mode flaky --fail-step "$ELASTIC_FAIL" --steps 60 --device "$DEVICE" $DIST_ARGS
+job_elastic() {  # name [rdzv args...]: torchrun --max-restarts 1: rank 1 fails on the first attempt, the agent restarts the group
+    local name=$1; shift
+    LAUNCH=("${TORCHRUN[@]}" --max-restarts 1 "$@")
+    start_job "$name" dist_job.py --mode flaky --fail-step "$ELASTIC_FAIL" --steps 60 --device "$DEVICE" $DIST_ARGS
     LAUNCH=()
     if wait_event " fault " 120; then
         sleep 2; moment restarting
@@ -840,7 +841,7 @@ log "$(tr '\n' ' ' < "$CAP/runbot-preflight.txt")"
     echo "loading_grace = \"$LOADING_GRACE\""
     echo "gpu_samples = $GPU_SAMPLES"
     for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start \
-        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv hf-early elastic lit-val-crash jsonl nested; do
+        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv hf-early elastic elastic-c10d lit-val-crash jsonl nested; do
         echo
         echo "[runs.$j]"
         echo 'host = "local"'
@@ -877,7 +878,8 @@ for j in $JOBS; do
         sigstop) need $(( HANG_WAIT + 50 )) sigstop && job_sigstop ;;
         segv) need 40 segv && job_segv ;;
         hf-early) need 90 hf-early && job_hf_early ;;
-        elastic) need 80 elastic && job_elastic ;;
+        elastic) need 80 elastic && job_elastic elastic ;;  # static rendezvous: the restarted group hung in init (gpu-jobs4)
+        elastic-c10d) need 80 elastic-c10d && job_elastic elastic-c10d --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29544 ;;
         lit-val-crash) need 60 lit-val-crash && job_lit_val_crash ;;
         jsonl) need 45 jsonl && job_jsonl ;;
         nested) need 50 nested && job_nested ;;

@@ -137,8 +137,8 @@ def main() -> int:
         report_to="none",
         disable_tqdm=False,
         seed=0,
-        **({"load_best_model_at_end": True, "metric_for_best_model": "eval_loss", "greater_is_better": True,
-            "save_steps": a.eval_steps} if a.mode == "early" else {}),
+        **({"load_best_model_at_end": True, "metric_for_best_model": "eval_loss", "greater_is_better": True}
+           if a.mode == "early" else {}),
     )
     early = [EarlyStoppingCallback(early_stopping_patience=1)] if a.mode == "early" else []
     trainer = Trainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
