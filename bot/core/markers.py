@@ -44,6 +44,10 @@ END_WORDS = (
     (r"['\"]train_runtime['\"]\s*:|\*{3,} train metrics \*{3,}", "HF Trainer's final metrics (dict, or LlamaFactory's table)"),
     (r"\btraining (?:is )?(?:done|complete|completed|finished)\b|\bfinish(?:ed)? training\b|\bdone training\b",
      "HF Trainer's `Training completed.`, autotrain's `Finished training, saving model...`, ASGL's `Finish training: the best …`, many scripts"),
+    (r"^\W*training [A-Z][\w.-]{1,30} (?:done|completed|finished)\W*$", "PaddleVideo: `training Res18 finished` (the model's name between)"),
+    (r"\b(?:treinamento|entrenamiento) (?:foi )?(?:conclu[ií]do|finalizado|completado|terminado)\b|训练(?:完成|结束)|"
+     r"\btraining abgeschlossen\b|\bentra[iî]nement termin[ée]\b",
+     "the same words in Portuguese, Spanish, Chinese, German, French: `Treinamento concluído com sucesso`, `训练完成`"),
     (r"\b(?:run|job|fit|fitting|experiment|pipeline|study|search)\b\W{0,5}(?:is |has )?(?:done|completed?|finished)\b",
      "the whole job's own end: Flower's `Run finished 5 rounds in 22.28s`, CatBoost scripts' `model.fit... done`"),
     (r"\b(?:finished|completed|done)\b[^.;]{0,20}?\b\d+ (?:rounds?|epochs?|iterations?|steps?|trials?|episodes?) in \d",
@@ -191,7 +195,8 @@ _KINDS = ((Mark.RESTARTING, _RESTART, ("restart",)),
           (Mark.PREPARING, _PREPARE, ("build", "creat", "tokeniz", "preprocess", "load", "prepar", "generat")))
 # Every END_WORDS line holds one of these (its `Total … time` lines by their phrase: "time" alone is in most step lines).
 END_GATE = ("exit", "train", "done", "complet", "finish", "stop", "sav", "execution time", "run time", "running time",
-            "elapsed time", "wall time", "clock time", "best pipeline")
+            "elapsed time", "wall time", "clock time", "best pipeline", "treinamento", "entrenamiento", "训练",
+            "abgeschlossen", "entra")
 # A line with none of any pattern's words holds no announcement and no end: find_markers skips it unread.
 _WORDS = tuple(dict.fromkeys(END_GATE + tuple(w for _, _, words in _KINDS for w in words)))
 

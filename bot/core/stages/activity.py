@@ -267,10 +267,10 @@ _RESULT = re.compile(r"(?i)\b(?:test|val(?:id(?:ation)?)?|eval(?:uation)?|final|
 _AGGREGATE = re.compile(r"(?i)\b(?:avg|average|mean|total|overall)\b[^\n]{0,40}?[:=][ \t]*-?\d")
 
 
-def results_after(ev: Evidence, step: Step | None) -> bool:
-    """Did the log print results, or save, after the loop's last progress line? A process killed in the
-    middle of its loop stops at a step; one that reached its end evaluates, reports, saves, then exits."""
-    at = _position(step)
+def results_after(ev: Evidence, step: Step | None, after: int = -1) -> bool:
+    """Did the log print results, or save, after the loop's last progress line (or after `after`)? A process killed
+    in the middle of its loop stops at a step; one that reached its end evaluates, reports, saves, then exits."""
+    at = max(_position(step), after)
     if any(m.index > at and m.kind in (Mark.EVALUATED, Mark.SAVED, Mark.ENDED) for m in ev.markers):
         return True
     after = [x for x in ev.lines[max(at + 1, len(ev.lines) - 12):] if x.strip()]

@@ -170,6 +170,7 @@ def _passes_to_go(step: Step) -> bool:
 _WARNS = frozenset({Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.SLOW, Finding.LOSS_SPIKE, Finding.LOSS_SCALE})
 # Before the first step, these may be silent only while their work moves (freshness.allowed_before_first_step);
 # a compiler prints nothing until it is done, so compiling keeps the loading grace.
+_SO_FAR = re.compile(r" — [^—]* so far$")
 _BEFORE_FIRST_STEP = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.BUSY})
 
 
@@ -231,9 +232,12 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         return verdict(Phase.CRASHED, Level.CRIT, f"{words.ended_by(doing.crash)} — {words.crash(doing.crash)} {_at(step)}; {ending}",
                        [Concern(Worry.CRASHED)], said={Said.CRASH} | at_said)
 
+    # A script that reloads its best checkpoint after the loop and tests it (`load model from …`, then `test acc ::
+    # 0.390`): the results after that loading are the end's.
+    tested = doing.phase is Phase.LOADING and doing.marker is not None and results_after(ev, step, doing.marker.index)
     finished = doing.phase is Phase.FINISHED or (not life.alive and (doing.reached_total or at_schedule_end(steps) or doing.final_save or (
-        step is not None and doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) and not _passes_to_go(step)
-        and results_after(ev, step))))
+        step is not None and (doing.phase in (Phase.TRAINING, Phase.EVALUATING, Phase.SAVING) or tested)
+        and not _passes_to_go(step) and results_after(ev, step))))
     if finished:
         if step is not None:
             step = final_count(ev.lines, step)
@@ -308,7 +312,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             ev, gpu, training_threshold, verdict)) is not None:
         return told_by_gpu
     grace = phase in GRACE_PHASES or (phase is Phase.TRAINING and doing.no_file_progress)
-    threshold = phase_threshold(ev, doing, run.loading_grace) if grace else training_threshold
+    threshold = phase_threshold(ev, doing, run.loading_grace, training_threshold) if grace else training_threshold
     age = fresh.age if phase is Phase.TRAINING and not doing.no_file_progress else ev.silent_for
     if step is None and phase in _BEFORE_FIRST_STEP:
         # The grace is for loading that moves: a frozen log before the first step is a hang within silence_after.
@@ -324,7 +328,8 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             what = f"last {words.counter(step) or words.progress(step)}"
             where_said = set(at_said or {Said.PROGRESS})
         else:
-            what, where_said = f"while {describe}", set(counter_said)
+            # "silent 40 min — while evaluating: …" says how long already: not "— 40 min so far" again
+            what, where_said = f"while {_SO_FAR.sub('', describe)}", set(counter_said)
         bits = []
         if stuck := fd.stuck_collective(gpu):
             bits.append(stuck.detail)

@@ -13,6 +13,7 @@ from bot.core.verdict import Phase
 
 # Several times the longest earlier one, never under the floor: a final evaluation may run a larger set.
 PACE_FACTOR, PACE_FLOOR_S = 10.0, 300.0
+STILL_FACTOR = 3.0  # an announced phase with nothing that moves: "a log that has not changed for 30 min is a hang"
 _KINDS = {Phase.EVALUATING: Mark.EVALUATING, Phase.SAVING: Mark.SAVING}
 # HF Trainer's metrics: `'eval_runtime': 11.2` (seconds the evaluation took).
 _RUNTIME = {Phase.EVALUATING: re.compile(r"""['"]?eval_runtime['"]?\s*[:=]\s*([\d.]+)""")}
@@ -51,12 +52,15 @@ def durations(ev: Evidence, phase: Phase, before: int) -> Sequence[float]:
     return tuple(out)
 
 
-def phase_threshold(ev: Evidence, doing: Doing, grace: float) -> float:
-    """The silence allowed in this phase: `grace`, or less where the run's own earlier ones were quick."""
+def phase_threshold(ev: Evidence, doing: Doing, grace: float, silence_after: float) -> float:
+    """The silence allowed in this phase: `grace`, or less where the run's own earlier ones were quick; an
+    evaluation announced with nothing that can move (no bar) and no earlier one to go by, a few times the loop's
+    own silence (OpenNMT-tf's `Starting evaluation`, then 40 minutes of nothing)."""
     here = doing.marker.index if doing.marker is not None else doing.bar.index if doing.bar is not None else None
     if here is None:
         return grace
     took = durations(ev, doing.phase, here)
     if not took:
-        return grace
+        still = doing.phase is Phase.EVALUATING and doing.bar is None
+        return min(grace, STILL_FACTOR * silence_after) if still else grace
     return min(grace, max(PACE_FLOOR_S, PACE_FACTOR * max(took)))
