@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from bot.core.facts import Crash, Kind
-from bot.core.grammar import RANK_PREFIX, last_frame, split_rank_prefix, strip_host_prefix
+from bot.core.grammar import RANK_PREFIX, last_frame, message, split_rank_prefix, strip_host_prefix
 from bot.core.redact import redact_secrets, strip_ansi
 
 
@@ -111,6 +111,9 @@ _INTERRUPTS = re.compile(
     r"\bExiting from training early\b"  # PyTorch examples' word_language_model, Transformer-XL, AWD-LSTM: `except KeyboardInterrupt`
     r"|Detected KeyboardInterrupt, attempting graceful shutdown"  # PyTorch Lightning: fit() returns and the script goes on
 )
+# A terminal's echo of Ctrl-C at the start of the line the process wrote next (DeepSpeed's launcher then kills its
+# workers: `^C[2024-05-26 15:06:40,046] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 22523`).
+_CTRL_C = re.compile(r"^\^C(.*)$")
 # DataLoader's own word for a worker's bus error (torch/utils/data/_utils/signal_handling.py).
 _WORKER_BUS = re.compile(r"Unexpected bus error encountered in worker")
 # In a chain of exceptions the cause is often the first: these say what really happened.
@@ -360,6 +363,9 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
                      rank=rank, signal_hint=_SIGNALS[9] if kind is Kind.KILLED else None, line_index=i)
     if m := _INTERRUPTS.search(text):
         return Crash(Kind.INTERRUPTED, None, _trim(m[0]), rank=rank, line_index=i)
+    if m := _CTRL_C.match(text):
+        said = message(m[1]) if m[1].strip() else ""
+        return Crash(Kind.INTERRUPTED, None, _trim(f"Ctrl-C — {said}" if said else "Ctrl-C"), rank=rank, line_index=i)
     if _WORKER_BUS.search(text):
         return Crash(Kind.FATAL, None, "DataLoader worker bus error", rank=rank, signal_hint=_SIGNALS[7], line_index=i)
     if _HEDGED.search(text):
@@ -491,7 +497,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
                 "term_", "check failed", "check failure stack trace",
-                "training early", ": error: ", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
+                "training early", ": error: ", "^c", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')

@@ -384,7 +384,8 @@ _LOGGER = re.compile(
     r"^(?:\[[^\]]{0,80}\][ \t]*){1,3}(?:[\w./-]+:\d+(?::\w+)?\]?[ \t]*(?:>>|-)?[ \t]*|-[ \t]+)?"
     r"|^[\w.]+(?: +\w+)? +\|[^|]*\|[ \t]*[\w.:]+ - "
     r"|^(?:[\w.]+[ \t]+(?:-[ \t]+)?)?(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b(?::[\w.]+:|[ \t]*[:|-][ \t]*|[ \t]+)"
-    r"|^[ \t]*>+[ \t]+")
+    r"|^[ \t]*>+[ \t]+"
+    r"|^[\w./-]+\.(?:py|cc|cpp|h|go|rs):\d+\][ \t]*")  # a source location closing a C-style prefix: Paddle's `launch_utils.py:545] `
 
 
 def message(text: str) -> str:
