@@ -343,8 +343,8 @@ def _progress(steps: tuple[Step, ...], lines: Sequence[str], bars: Sequence[BarL
     if not loop:
         return steps
     header = next((h for x in reversed(lines) if (h := table_header(x))), None)
-    frames_ = tuple((header and table_step(b.bar, header, b.index)) or _with_epoch_header(bar_step(b.bar, b.index), lines)
-                    for b in loop[-8:])
+    frames_ = _within_epochs(loop[-1], bars) or tuple(
+        (header and table_step(b.bar, header, b.index)) or _with_epoch_header(bar_step(b.bar, b.index), lines) for b in loop[-8:])
     if not steps:
         return frames_
     # Both: the later one leads, the other fills in what it lacks (HF: the bar counts, the dicts carry
@@ -368,6 +368,19 @@ def _progress(steps: tuple[Step, ...], lines: Sequence[str], bars: Sequence[BarL
         rate_unit=last.rate_unit if last.rate is not None else aside.rate_unit,
     )
     return (*lead[:-1], filled)
+
+
+_EPOCHS_DESC = re.compile(r"(?i)^\W*epochs?\W*$")  # a bar over the epochs themselves: `epochs:  33%|███▎ | 1/3`
+
+
+def _within_epochs(outer: BarLine, bars: Sequence[BarLine]) -> tuple[Step, ...]:
+    """A bar over the epochs with a bar over each epoch's batches below it (tqdm's nested bars): the batches are the
+    loop's steps, the outer bar says which epoch (`epoch 1/3 · batch 29/60`)."""
+    if not _EPOCHS_DESC.match(outer.bar.desc or ""):
+        return ()
+    inside = [b for b in bars if b.bar.role is Role.TRAINING and b.bar.nested and b.index > outer.index]
+    return tuple(replace(bar_step(b.bar, b.index), epoch=float(outer.bar.n), epoch_total=outer.bar.total, counter="batch")
+                 for b in inside[-8:])
 
 
 def _moved_since(series: Sequence[Step], index: int) -> int:

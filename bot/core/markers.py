@@ -68,6 +68,8 @@ END_WORDS = (
     (r"\bterminating training\b", "Keras TerminateOnNaN: `Batch 3: Invalid loss, terminating training`"),
     (r"\bearly stopping\b|\bstopping training\b", "Keras EarlyStopping: `Epoch 8: early stopping`; YOLOv5's `Stopping training early`"),
     (r"^best pipeline: ", "TPOT's result once its search ends: `Best pipeline: BernoulliNB(KNeighborsClassifier(…), …)`"),
+    (r"""^\{['"](?:event|status)['"]:\s*['"](?:done|finished|completed?|train_end|training_end)['"]""",
+     "a JSON-lines logger's end record: `{\"event\": \"done\", \"steps\": 150, …}`"),
 )
 _ENDS = re.compile("(?i)" + "|".join(f"(?:{pattern})" for pattern, _ in END_WORDS))
 _TRAIN_RUNTIME = re.compile(r"""['"]train_runtime['"]\s*:\s*['"]?([\d.]+)""")

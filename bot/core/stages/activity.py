@@ -108,6 +108,31 @@ def _cause_of(chosen: Crash, crashes: Sequence[Crash]) -> Crash:
     return before[-1] if before else chosen
 
 
+# torchrun's agent names the workers it stops and the one that failed: `Sending process 1917 closing signal SIGTERM`,
+# `failed (exitcode: 1) local_rank: 1 (pid: 1918) of binary: …`.
+_WORKER_PID = re.compile(r"Sending process (\d+) closing signal|failed \(exitcode: -?\d+\) local_rank: \d+ \(pid: (\d+)\)")
+_LAUNCHER = re.compile(r"torch\.distributed\.(?:run|launch)\b|\btorchrun\b")
+
+
+def new_workers(ev: Evidence, crash: Crash) -> tuple[int, ...]:
+    """The pids of a worker group the launcher started after this error, where the log or the processes show one:
+    the agent's later lines name workers it had not named at the error, or, while it lives, workers it never named
+    write the log. Empty when it stopped the group and nothing replaced it."""
+    named = [(i, int(m[1] or m[2]), bool(m[2])) for i, x in enumerate(ev.lines[crash.line_index:], crash.line_index)
+             if "closing signal" in x or "local_rank" in x for m in [_WORKER_PID.search(x)] if m]
+    if not named:
+        return ()
+    group: set[int] = set()
+    reported = False  # the agent's `failed (exitcode …)` line closes the group's teardown
+    for i, pid, failed in named:
+        if reported and pid not in group:
+            return tuple(p for j, p, _ in named if j >= i and p not in group)  # a later group's teardown
+        group.add(pid)
+        reported = reported or failed
+    alive = [w.pid for w in ev.writers if w.pid not in group and not _LAUNCHER.search(w.command)]
+    return tuple(alive)
+
+
 def _unnamed(c: Crash) -> bool:
     """A traceback the log cut before its exception line: it says something failed, not what."""
     return c.kind is Kind.TRACEBACK and not c.exc_type and not c.message
@@ -312,9 +337,16 @@ def activity(ev: Evidence) -> Doing:
     # the process unwinds (`0/1000 [00:29<?]` below a CUDA OOM), and that frame is no progress past the error.
     crash = _fatal(ev, min(at, _last_move(ev.steps)))
     restarted_after = None
-    while crash is not None and _restarted(ev, crash):
-        # the relaunch may fail in its turn (torchrun's agent raising while it re-rendezvouses): its error ends the run
-        crash, restarted_after = _fatal(ev, max(at, crash.line_index + 3)), crash
+    regrouped = None
+    while crash is not None and (_restarted(ev, crash) or (regrouped := new_workers(ev, crash))):
+        # the relaunch may fail in its turn (torchrun's agent raising while it re-rendezvouses): its error ends the run;
+        # the first error is what the relaunch followed (the others' lost peers came after it)
+        crash, restarted_after = _fatal(ev, max(at, crash.line_index + 3)), restarted_after or crash
+    if crash is None and regrouped:
+        # torchrun's agent restarted its worker group, at its default log level without a word: the new workers
+        # write the log, nothing more has come from them yet
+        marker = Marker(Mark.RESTARTING, len(ev.lines) - 1, f"new workers started (pid {', '.join(map(str, regrouped))})")
+        return Doing(Phase.STARTING, step=step, marker=marker, restarted_after=restarted_after, thread_crash=thread_crash)
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
     # last move, not after its last redraw.
     # Keras prints its last batch's frame after a callback's `terminating training`, and HF's tqdm its bar's last state
