@@ -150,6 +150,12 @@ END_LINES = [
     "Job execution was successful. Exit Status 0. ",
     "  3/234 [..............................] - ETA: 33:37:24 - loss: 44.4110Batch 3: Invalid loss, terminating training",
     "Epoch 8: early stopping",
+    # round 8's (tests/fixtures/round8): TPOT's result; round 9's: PaddleVideo's, a Portuguese QLoRA script's;
+    # gpu-jobs4's JSON-lines loop
+    "Best pipeline: BernoulliNB(KNeighborsClassifier(input_matrix, n_neighbors=41, p=1, weights=uniform), alpha=0.01, fit_prior=True)",
+    "[12/25 15:48:20] training Res18 finished",
+    "2025-01-08 16:30:31,730 - INFO - Treinamento concluído com sucesso",
+    '{"event": "done", "steps": 150, "elapsed": 20.2}',
 ]
 
 

@@ -44,7 +44,7 @@ END_WORDS = (
     (r"['\"]train_runtime['\"]\s*:|\*{3,} train metrics \*{3,}", "HF Trainer's final metrics (dict, or LlamaFactory's table)"),
     (r"\btraining (?:is )?(?:done|complete|completed|finished)\b|\bfinish(?:ed)? training\b|\bdone training\b",
      "HF Trainer's `Training completed.`, autotrain's `Finished training, saving model...`, ASGL's `Finish training: the best …`, many scripts"),
-    (r"^\W*training [A-Z][\w.-]{1,30} (?:done|completed|finished)\W*$", "PaddleVideo: `training Res18 finished` (the model's name between)"),
+    (r"\btraining [A-Z][\w.-]{1,30} (?:done|completed|finished)\W*$", "PaddleVideo: `training Res18 finished` (the model's name between)"),
     (r"\b(?:treinamento|entrenamiento) (?:foi )?(?:conclu[ií]do|finalizado|completado|terminado)\b|训练(?:完成|结束)|"
      r"\btraining abgeschlossen\b|\bentra[iî]nement termin[ée]\b",
      "the same words in Portuguese, Spanish, Chinese, German, French: `Treinamento concluído com sucesso`, `训练完成`"),
