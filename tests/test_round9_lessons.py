@@ -131,3 +131,12 @@ def test_an_epochs_bar_counts_epochs_and_the_bar_below_it_the_steps():
     text = (FIXTURES / "gpu-jobs4" / "nested" / "training" / "log" / "train.log").read_text()
     v = verdict(text, 1, alive=True)
     assert (v.phase, v.level) == (Phase.TRAINING, Level.OK) and "epoch 1/3 · batch 29/60" in v.headline, v.headline
+
+
+# --- a loop that announced its first epoch and nothing since -------------------------------------------------------
+
+@pytest.mark.parametrize("age,phase", [(60, Phase.TRAINING), (3 * 3600, Phase.SILENT)])
+def test_a_first_epoch_announced_alone_is_where_the_loop_stands(age, phase):
+    v = verdict(log("round9/cv-nnunet-v2-epoch0-silent"), age, alive=True)
+    assert v.phase is phase and "epoch 0" in v.headline, v.headline
+    assert verdict("Epoch 3 of my notes\n", 60, alive=True).phase is Phase.STARTING  # words after it: no header

@@ -414,7 +414,7 @@ def _with_next_epoch(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Ste
     """The loop stands at the epoch it announced after its last progress line: the next one has begun (its batch
     count, when the counter restarts each epoch, is not known yet)."""
     if not steps:
-        return steps
+        return _first_epoch(lines)
     last = steps[-1]
     for k in range(len(lines) - 1, last.index, -1):
         if (m := _EPOCH_START.match(message(lines[k]))) is None:
@@ -428,6 +428,19 @@ def _with_next_epoch(steps: tuple[Step, ...], lines: Sequence[str]) -> tuple[Ste
                         stamp=None, fmt="announced")
         return (*steps, begun)
     return steps
+
+
+_BARE_EPOCH = re.compile(r"(?i)^[\W_]*epoch[ \t]*[:#]?[ \t]*(\d+)[\W_]*$")  # nnU-Net v2's `Epoch 0` on a line of its own
+FIRST_EPOCH_LINES = 40  # the loop's first epoch, announced near the end of a window with no progress yet
+
+
+def _first_epoch(lines: Sequence[str]) -> tuple[Step, ...]:
+    """A loop with no progress line yet stands at the epoch it announced last, alone on its line, once: it has
+    begun (nnU-Net v2 prints `Epoch 0` and its learning rate, then nothing until the epoch ends)."""
+    for k in range(len(lines) - 1, max(-1, len(lines) - FIRST_EPOCH_LINES), -1):
+        if m := _BARE_EPOCH.match(message(lines[k])):
+            return (Step(line=lines[k].strip(), epoch=float(m[1]), counter="epoch", index=k, fmt="announced"),)
+    return ()
 
 
 # A counter's header: its word and n/total alone on a line, between decorations (`Round 48/50`,
