@@ -127,8 +127,9 @@ def crash(c: Crash, limit: int = 90) -> str:
             text = text.replace(name, c.signal_hint, 1) if name in text else f"{text} — {c.signal_hint}"
         return hz.trim(who + text, limit)
     head = c.exc_type
-    if c.message and len(who) + len(head) + len(c.message) + 2 > limit:
-        head = head.rsplit(".", 1)[-1]  # a cut line keeps the message, not the module path (`torch.multiprocessing.spawn.`)
+    if c.message and head.count(".") >= 2 and len(who) + len(head) + len(c.message) + 2 > limit:
+        # a cut line keeps the message over a deep module path (`torch.multiprocessing.spawn.`); `torch.` stays
+        head = head.rsplit(".", 1)[-1]
     text = f"{who}{head}: {first_sentences(c.message, limit - len(head) - len(who))}" if c.message else f"{who}{head}"
     return hz.trim(text, limit)
 
