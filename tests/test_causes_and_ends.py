@@ -156,6 +156,8 @@ END_LINES = [
     "[12/25 15:48:20] training Res18 finished",
     "2025-01-08 16:30:31,730 - INFO - Treinamento concluído com sucesso",
     '{"event": "done", "steps": 150, "elapsed": 20.2}',
+    # round 10's: MLatom's
+    " FINAL ML MODEL CREATED AND SAVED",
 ]
 
 

@@ -62,6 +62,7 @@ END_WORDS = (
     (r"\boptimization (?:is )?(?:done|finished|complete(?:d)?)\b",
      "Caffe's solver: `Optimization Done.`; TF 1 tutorials' and their descendants' `Optimization Finished!`"),
     (r"\ball done\b|^done\.?$|\bfinal (?:model|checkpoint) saved\b|\bsaving final (?:model|checkpoint)", "custom scripts' last words"),
+    (r"\bfinal (?:[\w-]+ ){0,3}(?:model|checkpoint) (?:[\w-]+ ){0,2}saved\b", "MLatom: `FINAL ML MODEL CREATED AND SAVED`"),
     (r"\bexit status:?\s*0\b", "PBS: `Job execution was successful. Exit Status 0.`"),
     (r"^successfully completed\.$", "LSF's job report: `Successfully completed.` (its `Subject: Job N: <name> … Done`)"),
     (r"^process finished with exit code 0\b", "PyCharm's run console: `Process finished with exit code 0`"),
