@@ -172,15 +172,13 @@ def _key_before(text: str, start: int) -> str:
             m = named
         words.insert(0, m[0])
         left = left[: m.start()]
-        if _FLAG.search(left) and len(words) == 1:
+        if left.endswith("--") and len(words) == 1 and (len(left) == 2 or left[-3] in " \t'\""):
             return "--" + _normal_key(words[0])  # a command line's `--epochs 30`: a setting, named as one
         if not left.endswith(" ") or left.endswith("  ") or not left.strip():
             break
         left = left[:-1]
     return _normal_key(" ".join(words))
 
-
-_FLAG = re.compile(r"(?:^|[\s'\"])--\Z")
 
 
 def _normal_key(phrase: str) -> str:

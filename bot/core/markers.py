@@ -199,7 +199,7 @@ _KINDS = ((Mark.RESTARTING, _RESTART, ("restart",)),
 # Every END_WORDS line holds one of these (its `Total … time` lines by their phrase: "time" alone is in most step lines).
 END_GATE = ("exit", "train", "done", "complet", "finish", "stop", "sav", "execution time", "run time", "running time",
             "elapsed time", "wall time", "clock time", "best pipeline", "treinamento", "entrenamiento", "训练",
-            "abgeschlossen", "entra")
+            "abgeschlossen", "entraîn", "entrain")
 # A line with none of any pattern's words holds no announcement and no end: find_markers skips it unread.
 _WORDS = tuple(dict.fromkeys(END_GATE + tuple(w for _, _, words in _KINDS for w in words)))
 

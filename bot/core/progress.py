@@ -69,8 +69,10 @@ _COMPOUND = re.compile(r"^(?:training|train|env|agent|current|cur)_(iteration|st
 def _named_as(f: Field) -> int | None:
     """Where the key ranks among the step keys: its own, its last word's, or a compound's last part (RLlib's
     `training_iteration: 27`)."""
+    if (named := _STEP_PREFERENCE.get(f.key, _STEP_PREFERENCE.get(f.word))) is not None or "_" not in f.key:
+        return named
     compound = _COMPOUND.match(f.key)
-    return _STEP_PREFERENCE.get(f.key, _STEP_PREFERENCE.get(f.word, _STEP_PREFERENCE.get(compound[1]) if compound else None))
+    return _STEP_PREFERENCE.get(compound[1]) if compound else None
 
 
 def _counter(f: Field) -> bool:
