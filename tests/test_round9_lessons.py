@@ -140,3 +140,10 @@ def test_a_first_epoch_announced_alone_is_where_the_loop_stands(age, phase):
     v = verdict(log("round9/cv-nnunet-v2-epoch0-silent"), age, alive=True)
     assert v.phase is phase and "epoch 0" in v.headline, v.headline
     assert verdict("Epoch 3 of my notes\n", 60, alive=True).phase is Phase.STARTING  # words after it: no header
+
+
+def test_a_restarted_group_that_trains_again_reads_as_training():
+    """Once the new workers print progress, the restart is history: the loop's lines say what it does."""
+    again = _elastic("elastic", "restarting") + "".join(f"step={n} loss=9.87 elapsed={n * 0.2:.1f}s\n" for n in range(1, 6))
+    v = verdict(again, 1, alive=True, writers=(AGENT, *NEW))
+    assert v.phase is Phase.TRAINING and "step 5" in v.headline, v.headline

@@ -344,7 +344,7 @@ def activity(ev: Evidence) -> Doing:
         crash, restarted_after = _fatal(ev, max(at, crash.line_index + 3)), restarted_after or crash
     if crash is None and regrouped:
         # torchrun's agent restarted its worker group, at its default log level without a word: the new workers
-        # write the log, nothing more has come from them yet
+        # write the log, no progress has come from them yet (once it has, the loop's lines say what it does)
         marker = Marker(Mark.RESTARTING, len(ev.lines) - 1, f"new workers started (pid {', '.join(map(str, regrouped))})")
         return Doing(Phase.STARTING, step=step, marker=marker, restarted_after=restarted_after, thread_crash=thread_crash)
     # Lightning prints `Trainer.fit stopped` and then redraws its bar: an end counts after the counter's
