@@ -89,6 +89,11 @@ class Described(NamedTuple):
 
     text: str
     counter: bool = False
+    so_far: str = ""  # " — 12 s so far": how long the phase has run, said apart (a silent line says it its own way)
+
+    @property
+    def line(self) -> str:
+        return self.text + self.so_far
 
 
 def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | None, previous: Verdict | None,
@@ -107,7 +112,7 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
         where = f" — {device}" if (device := ev.device_line(doing.bar.index)) else ""
         if doing.phase is Phase.SAVING:  # HF's `Writing model shards` bar, with or without its announcement
             so_far = _so_far(ev, doing.marker.index) if doing.marker is not None else ""
-            return Described(f"saving checkpoint{at} — {words.bar(bar)}{so_far}", bool(at))
+            return Described(f"saving checkpoint{at} — {words.bar(bar)}", bool(at), so_far)
         if bar.finished and doing.phase is Phase.LOADING:
             return Described(f"{lead}{words.bar(bar)} done, waiting for the first step")
         if doing.phase is Phase.EVALUATING:
@@ -118,12 +123,12 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
                 Phase.LOADING: "loading", Phase.PREPARING: "preparing data", Phase.STARTING: "starting training"}[doing.phase]
         if doing.final_save:
             last = next(m.step for m in reversed(ev.markers) if m.index < doing.marker.index)
-            return Described(f"saving the final model after the checkpoint at step {last}{_so_far(ev, doing.marker.index)}")
+            return Described(f"saving the final model after the checkpoint at step {last}", so_far=_so_far(ev, doing.marker.index))
         if doing.phase is Phase.SAVING and (shard := shard_of(doing.marker)):
-            return Described(f"saving checkpoint — shard {shard[0]}/{shard[1]} written{_so_far(ev, doing.marker.index)}")
+            return Described(f"saving checkpoint — shard {shard[0]}/{shard[1]} written", so_far=_so_far(ev, doing.marker.index))
         if doing.marker.kind is Mark.RESTARTING:
             after = f" after {words.crash(doing.restarted_after, 60)}" if doing.restarted_after is not None else ""
-            return Described(f"restarting{after} — {announced(doing.marker, 80)}{_so_far(ev, doing.marker.index)}")
+            return Described(f"restarting{after} — {announced(doing.marker, 80)}", so_far=_so_far(ev, doing.marker.index))
         if doing.phase is Phase.LOADING:
             what = f"{lead}{announced(doing.marker)}"
         elif doing.phase is Phase.PREPARING:
@@ -135,7 +140,7 @@ def _phase_words(ev: Evidence, doing: Doing, step: Step | None, age: float | Non
         by_marker = doing.marker.step is not None and (step is None or step.step is None)
         marker_at = f" at step {doing.marker.step}" if by_marker else (
             f" at {words.counter(announced_at(step, doing.marker.text, doing.marker.step))}" if at else at)
-        return Described(f"{what}{marker_at}{_so_far(ev, doing.marker.index)}", bool(at) and not by_marker)
+        return Described(f"{what}{marker_at}", bool(at) and not by_marker, _so_far(ev, doing.marker.index))
     if not ev.lines:
         started = f"started {hz.duration(writer.elapsed_s)} ago, " if writer is not None and writer.elapsed_s is not None else ""
         return Described(f"{started}no output yet (importing?)")
@@ -170,7 +175,6 @@ def _passes_to_go(step: Step) -> bool:
 _WARNS = frozenset({Finding.NAN_LOSS, Finding.THREAD_DIED, Finding.SLOW, Finding.LOSS_SPIKE, Finding.LOSS_SCALE})
 # Before the first step, these may be silent only while their work moves (freshness.allowed_before_first_step);
 # a compiler prints nothing until it is done, so compiling keeps the loading grace.
-_SO_FAR = re.compile(r" — [^—]* so far$")
 _BEFORE_FIRST_STEP = frozenset({Phase.STARTING, Phase.LOADING, Phase.PREPARING, Phase.BUSY})
 
 
@@ -320,7 +324,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         threshold = allowed_before_first_step(bar, training_threshold, run.loading_grace)
         age = standing(ev, bar)
     described = _phase_words(ev, doing, step, fresh.age, previous, writer, trends)
-    describe, counter_said = described.text, (at_said if described.counter else set())
+    describe, counter_said = described.line, (at_said if described.counter else set())
 
     if age is not None and age > threshold:
         if phase is Phase.TRAINING and step is not None:
@@ -329,7 +333,7 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
             where_said = set(at_said or {Said.PROGRESS})
         else:
             # "silent 40 min — while evaluating: …" says how long already: not "— 40 min so far" again
-            what, where_said = f"while {_SO_FAR.sub('', describe)}", set(counter_said)
+            what, where_said = f"while {described.text}", set(counter_said)
         bits = []
         if stuck := fd.stuck_collective(gpu):
             bits.append(stuck.detail)
