@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from bot.core.bars import Bar
 from bot.core.facts import Step
@@ -177,7 +178,7 @@ PERCENT_LINES = 3
 def _percent_column(group: Sequence[_Line]) -> int | None:
     """Where these lines say how far the loop is, in percent, when that figure advances line after line (gensim's
     `EPOCH 1 - PROGRESS: at 24.71% examples`, fastText's `{"progress":64.8,…}`); an accuracy in % is no such field."""
-    if len(group) < PERCENT_LINES:
+    if len(group) < PERCENT_LINES or not any(f.unit == "%" or f.key == "progress" for f in group[-1].fields):
         return None
     width = min(len(line.fields) for line in group)
     for i in range(width):
@@ -480,6 +481,7 @@ class _Found:
     evaluation: _Line | None  # the latest evaluation line with an n/total counter
     sightings: tuple[Sighting, ...] = ()
     paired: tuple[list[_Line], int | None] | None = None  # the series printed with the loop's that measures its loss
+    percent: int | None = None  # the field of the loop's lines that says how far it is, in percent
 
 
 def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None], rule: CounterRule | None = None) -> Progress:
@@ -500,8 +502,8 @@ def _series(numbered: Sequence[tuple[int, str]], stamps: Sequence[float | None],
         steps = tuple(replace(s, non_finite=s.non_finite or _measured_non_finite(line.fields)) for s, line in zip(steps, kept))
     if found.paired is not None:
         steps = _with_measures(steps, *found.paired)
-    if (done := _percent_column(found.group)) is not None:
-        steps = tuple(replace(s, percent=line.fields[done].value) for s, line in zip(steps, kept))
+    if found.percent is not None:
+        steps = tuple(replace(s, percent=line.fields[found.percent].value) for s, line in zip(steps, kept))
     if steps[-1].step is None:
         steps = _borrow_counter(steps, found.groups)
     loop = CounterRule(found.group[-1].template[:MAX_TEMPLATE], found.counter) if found.counter is not None else None
@@ -578,22 +580,22 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
         for index, text in items[-READ_PER_TEMPLATE:]:
             if (c := _candidate(index, text)) is not None and not END_METRICS.search(text):
                 groups[c.template].append(c)
-    # (rank, last index, group, counter): a template that recurs with a counter is a loop; one line
-    # alone, or lines with a loss but no counter (HF's dicts), only when nothing better is there.
-    ranked: list[tuple[int, int, list[_Line], int | None]] = []
+    # A template that recurs with a counter is a loop; one line alone, or lines with a loss but no counter (HF's
+    # dicts), only when nothing better is there.
+    ranked: list[_Series] = []
     evaluation: _Line | None = None
-    by_epoch: list[tuple[int, int, list[_Line], int | None]] = []  # evaluation series counted by an advancing epoch
+    by_epoch: list[_Series] = []  # evaluation series counted by an advancing epoch
     for tpl, group in groups.items():
         if _evaluation(tpl, group[-1].fields):
             last = group[-1]
             if _pass_fraction(last.fields) and (evaluation is None or last.index > evaluation.index):
                 evaluation = last
             if (epoch := _epoch_column(group)) is not None:
-                by_epoch.append((2, last.index, group, epoch))
+                by_epoch.append(_Series(2, group, epoch))
             continue
         if rule is not None and tpl[:MAX_TEMPLATE] == rule.template:
             # Learned at earlier looks: the number that advanced between them counts, one line is enough.
-            ranked.append((0, group[-1].index, group, rule.field))
+            ranked.append(_Series(0, group, rule.field))
             continue
         if _named_nothing(group[-1].fields) and not _steady(group) and not _growing(group):
             continue  # numbers in rows, no loop behind them
@@ -607,25 +609,39 @@ def _latest(numbered: Sequence[tuple[int, str]], rule: CounterRule | None = None
             continue  # one `step 3` in prose is not a loop
         rank = 0 if (counter is not None or done is not None) and len(group) >= 2 else (
             1 if counter is not None and (has_loss or header) else 2)
-        ranked.append((rank, group[-1].index, group, counter))
+        ranked.append(_Series(rank, group, counter, done))
     # A loop that reports only its validation, epoch by epoch (Theano's `epoch 35: validation error nan %`): with
     # no training series, that epoch is the loop's.
     ranked = ranked or by_epoch
     if not ranked:
         return _Found(3, None, None, groups, evaluation, _sightings(by_template, None))
-    best_rank = min(r for r, *_ in ranked)
+    best_rank = min(r.rank for r in ranked)
     # The latest loop; a lesser series only when it comes later and no loop does (a summary after
     # the loop is not the loop).
-    best = [r for r in ranked if r[0] == best_rank]
-    rank, last, group, counter = max(best, key=lambda r: r[1])
+    best = [r for r in ranked if r.rank == best_rank]
+    top = max(best, key=lambda r: r.last)
     # Two series printed together, line after line, the latest without the loss (xgboost's `[50]\ttrain-logloss:-nan…`
     # then `boosting round 51, 104 sec elapsed`; fairseq's epoch summary then `begin training epoch 104`): the
     # latest says where the loop is, the other what it measured.
-    paired = None if _measures_loss(group) else max(
-        (r for r in best if r[2] is not group and r[1] >= last - PAIRED_WITHIN and _measures_loss(r[2])),
-        key=lambda r: r[1], default=None)
-    return _Found(rank, group, counter, groups, evaluation, _sightings(by_template, group[-1] if rank == 0 else None),
-                  paired=(paired[2], paired[3]) if paired else None)
+    paired = None if _measures_loss(top.group) else max(
+        (r for r in best if r is not top and r.last >= top.last - PAIRED_WITHIN and _measures_loss(r.group)),
+        key=lambda r: r.last, default=None)
+    return _Found(top.rank, top.group, top.counter, groups, evaluation,
+                  _sightings(by_template, top.group[-1] if top.rank == 0 else None),
+                  paired=(paired.group, paired.counter) if paired else None, percent=top.percent)
+
+
+class _Series(NamedTuple):
+    """A template's lines as a candidate for the loop: how well they rank (0: a loop), and which fields count."""
+
+    rank: int
+    group: list[_Line]
+    counter: int | None
+    percent: int | None = None  # the field that says how far the loop is, in percent
+
+    @property
+    def last(self) -> int:
+        return self.group[-1].index
 
 
 PAIRED_WITHIN = 2  # lines: a series whose last line is this close to the latest one's is printed with it
