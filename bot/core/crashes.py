@@ -466,7 +466,7 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
             mode = "idle" if not open_tbs else mode
         elif text.startswith("Exception ignored in"):
             threads.append(("\0ignored", pos))
-        elif (m := _ARGPARSE.match(text)) and any(t.startswith("usage: ") for t in texts[max(0, pos - USAGE_LINES):pos]):
+        elif ": error: " in text and (m := _ARGPARSE.match(text)) and any(t.startswith("usage: ") for t in texts[max(0, pos - USAGE_LINES):pos]):
             crashes.append(Crash(Kind.FATAL, None, _trim(f"{m[1]}: error: {m[2]}"), rank=rank, line_index=i))
         elif (crash := _one_line_crash(text, i, rank, texts[pos + 1:pos + 41])) is not None:
             same = crashes and crashes[-1].kind == crash.kind and i - crashes[-1].line_index <= 20

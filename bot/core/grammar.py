@@ -180,7 +180,6 @@ def _key_before(text: str, start: int) -> str:
     return _normal_key(" ".join(words))
 
 
-
 def _normal_key(phrase: str) -> str:
     words = phrase.lower().replace("'", "").replace('"', "").split()
     # "INFO:root:Epoch" is one word to the splitter: its key is what follows the last colon.
