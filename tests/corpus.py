@@ -68,6 +68,13 @@ def judge(phase: str, level: str, must_include: Sequence[str], must_exclude: Seq
     return wrong
 
 
+def misread(moment: dict, verdict: Verdict) -> str:
+    """A device moment's expectation (`<job>/expected.toml`) against the first line: what it got wrong, with both
+    lines; "" when it is right."""
+    wrong = judge(moment["phase"], moment["level"], moment.get("must_include", ()), moment.get("must_exclude", ()), verdict)
+    return f"{'; '.join(wrong)}\n  want: {moment['headline']}\n  got:  {verdict.headline}" if wrong else ""
+
+
 def judge_moment(moment: Moment, verdict: Verdict) -> list[str]:
     return judge(moment.phase, moment.level, moment.must_include, moment.must_exclude, verdict)
 

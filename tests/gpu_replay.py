@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bot.core.verdict import Verdict
 from bot.probe.checkup import check
 from bot.probe.runners import LocalRunner
 from tests.standins import fake_nvidia_smi, path_with, set_age
@@ -157,3 +158,11 @@ async def probe(moment: Path, tmp: Path, later: float = 0.0):
 
 def _all(roots: list[Proc]) -> list[Proc]:
     return [q for p in roots for q in (p, *_all(p.children))]
+
+
+def replay_all(jobs: Path, found: list[tuple[str, dict]], mktemp) -> dict[str, Verdict]:
+    """Every moment of a device run replayed at once (each in its own folder from `mktemp`)."""
+    async def all_of_them():
+        return await asyncio.gather(*(probe(jobs / name, mktemp("job")) for name, _ in found))
+
+    return dict(zip((name for name, _ in found), asyncio.run(all_of_them())))

@@ -20,7 +20,7 @@ from bot.core.verdict import Level, Phase
 from bot.probe.checkup import check, verdict_from_output
 from bot.probe.replay import DefaultRun
 from bot.probe.runners import LocalRunner, RunResult
-from tests.corpus import judge
+from tests.corpus import misread
 from tests.standins import fake_nvidia_smi, path_with, set_age, writer_holding
 
 JOBS = Path(__file__).parent / "fixtures" / "gpu-jobs"
@@ -109,9 +109,7 @@ def test_every_moment_of_the_device_run_is_here():
 
 @pytest.mark.parametrize(("name", "moment"), CASES, ids=[n for n, _ in CASES])
 def test_the_first_line_says_what_the_job_was_doing(verdicts, name, moment):
-    v = verdicts[name]
-    wrong = judge(moment["phase"], moment["level"], moment.get("must_include", ()), moment.get("must_exclude", ()), v)
-    assert not wrong, f"{'; '.join(wrong)}\n  want: {moment['headline']}\n  got:  {v.headline}"
+    assert not (wrong := misread(moment, verdicts[name])), wrong
 
 
 @pytest.mark.parametrize("name", [n for n, m in CASES if m["phase"] == "training" and m["writer"] == "alive"])

@@ -17,8 +17,8 @@ import pytest
 from bot.core.verdict import Level, Phase
 from bot.probe.checkup import check
 from bot.probe.runners import LocalRunner
-from tests.corpus import judge
-from tests.gpu_replay import DEVICE_LOGS, Proc, cases, snapshot, standins
+from tests.corpus import misread
+from tests.gpu_replay import DEVICE_LOGS, Proc, cases, replay_all, snapshot, standins
 from tests.gpu_replay import probe as replay
 from tests.standins import fake_nvidia_smi, path_with, set_age
 from tests.test_gpu_jobs import run  # the same configuration as the first device run (gpu-jobs2/runbot.toml)
@@ -30,10 +30,7 @@ CASES = cases(JOBS)
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    async def all_of_them():
-        return await asyncio.gather(*(replay(JOBS / n, tmp_path_factory.mktemp("job")) for n, _ in CASES))
-
-    return dict(zip((n for n, _ in CASES), asyncio.run(all_of_them())))
+    return replay_all(JOBS, CASES, tmp_path_factory.mktemp)
 
 
 def test_every_moment_of_the_device_run_is_here():
@@ -57,9 +54,7 @@ def test_the_snapshots_hold_what_the_classes_are_about():
 
 @pytest.mark.parametrize(("name", "moment"), CASES, ids=[n for n, _ in CASES])
 def test_the_first_line_says_what_the_job_was_doing(verdicts, name, moment):
-    v = verdicts[name]
-    wrong = judge(moment["phase"], moment["level"], moment.get("must_include", ()), moment.get("must_exclude", ()), v)
-    assert not wrong, f"{'; '.join(wrong)}\n  want: {moment['headline']}\n  got:  {v.headline}"
+    assert not (wrong := misread(moment, verdicts[name])), wrong
 
 
 @pytest.mark.parametrize("name", [n for n, m in CASES if m["phase"] == "training" and m["writer"] == "alive"
