@@ -84,18 +84,19 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
     """How a run ended, in its own words, short: "max_steps=400000 reached", "8 processes exited successfully"."""
     if _DS_EXITS.search(marker.text):
         n = sum(1 for x in lines if _DS_EXITS.search(x))
-        return _DS_EXITS.search(marker.text)[0] if n == 1 else f"{n} processes exited successfully"
+        exits = _DS_EXITS.search(marker.text)[0] if n == 1 else f"{n} processes exited successfully"
+        # The launcher's exits say the processes ended; the trainer's final metrics before them say what they did
+        # (printed once, often hundreds of lines up, with the model's repr between).
+        metrics = next((x for x in reversed(lines[:marker.index]) if "train_runtime" in x and _TRAIN_RUNTIME.search(x)), None)
+        return f"{_trained(metrics)}; {exits}" if metrics else exits
     text = message(marker.text)
     if _METRICS_TABLE.search(text):  # HF's table under `***** train metrics *****`: its rows say the run's figures
         rows = dict(m.groups() for x in lines[marker.index + 1:marker.index + 12] if (m := _METRICS_ROW.match(x)))
         said = [f"train_loss {float(rows['train_loss']):.4g}" if "train_loss" in rows else "",
                 f"runtime {rows['train_runtime']}" if "train_runtime" in rows else ""]
         return ", ".join(x for x in said if x) or "train metrics"
-    if runtime := _TRAIN_RUNTIME.search(text):  # HF Trainer's final metrics dict: say what it means
-        loss = _TRAIN_LOSS.search(text)
-        took = float(runtime[1])
-        took_words = f"{took / 3600:.1f} h" if took >= 5400 else f"{took / 60:.0f} min" if took >= 90 else f"{took:.0f} s"
-        return f"trained {took_words}" + (f", train_loss {float(loss[1]):.4g}" if loss else "")
+    if _TRAIN_RUNTIME.search(text):  # HF Trainer's final metrics dict: say what it means
+        return _trained(text)
     if m := _ENDS.search(text):
         start = _sentence_start(text, m.start())
         stop = re.search(r"[.;!?](?: |$)", text[m.end():])
@@ -104,6 +105,14 @@ def end_reason(marker: Marker, lines: Sequence[str]) -> str:
     # what runbot's headlines call a process gone with no end, and must not be said of one that ended.
     text = re.sub(r"^`?Trainer\.fit`? stopped:[ \t]*", "", redact_secrets(text).replace("`", ""))  # redacted before the cut
     return _unwrapped(text)[:80] + ("…" if len(text) > 80 else "")
+
+
+def _trained(metrics: str) -> str:
+    """HF Trainer's final metrics dict in words: "trained 1.8 h, train_loss 4.597"."""
+    took = float(_TRAIN_RUNTIME.search(metrics)[1])
+    loss = _TRAIN_LOSS.search(metrics)
+    took_words = f"{took / 3600:.1f} h" if took >= 5400 else f"{took / 60:.0f} min" if took >= 90 else f"{took:.0f} s"
+    return f"trained {took_words}" + (f", train_loss {float(loss[1]):.4g}" if loss else "")
 
 
 def _unwrapped(text: str) -> str:

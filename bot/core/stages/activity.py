@@ -306,15 +306,47 @@ def results_after(ev: Evidence, step: Step | None, after: int = -1) -> bool:
     return bool(summaries) and not any(template(x) in summaries for x in ev.lines[:at + 1] if _AGGREGATE.search(x))
 
 
+# A measured figure with its name (`Best score: 0.024`, `Loss=0.4886`, `acc: 91.2%`): where a result line's news is.
+# A whole number is a setting or a count as often as a result (`num_episodes=100`, `Test size: 20`).
+_FIGURE = re.compile(r"\b[A-Za-z][\w/.-]*[ \t]*[:=][ \t]*-?(?:\d*\.\d|\d+%)")
+_RESULT_LIMIT = 60
+
+
 def last_result(ev: Evidence, step: Step | None, after: int = -1) -> str | None:
     """The last result line after the loop, or after `after` (what a finished run's headline can end with)."""
     at = max(_position(step), after)
     for x in reversed(ev.lines[max(at + 1, len(ev.lines) - 12):]):
         if x.strip() and _RESULT.search(x):
-            # its own words (no stamp or logger before them), before the cut; redacted before it too
-            text = re.sub(r"[ \t]{2,}", "  ", redact_secrets(message(x).strip() or x.strip()))
-            return text[:60] + ("…" if len(text) > 60 else "")
+            return _quoted(x)
     return None
+
+
+def summary_result(ev: Evidence, step: Step | None, ended: Marker | None) -> str | None:
+    """The run's result, printed once after its loop with a named figure (`Best validation Dice: 0.4603`,
+    `Final Results: Loss=0.4886`): what a finished run's headline says after an end that says only that it ended.
+    A line the loop printed before too (`train Loss: 0.0898 …` every epoch) is the loop's, not its summary; with no
+    step known, only the end's line and those after it count (a dataset split's `Test size: 20` came before)."""
+    at = _position(step) if step is not None else (ended.index - 1 if ended is not None else len(ev.lines))
+    loop = {template(x) for x in ev.lines[:max(at + 1, 0)] if _RESULT.search(x)}
+    for x in reversed(ev.lines[max(at + 1, len(ev.lines) - 12):]):
+        if x.strip() and _RESULT.search(x) and _FIGURE.search(x) and template(x) not in loop:
+            return _quoted(x)
+    return None
+
+
+def _quoted(line: str) -> str:
+    """A result line in its own words (no stamp or logger before them), redacted before the cut; a long one from
+    the sentence that holds its first named figure, so the cut keeps it (`… did not improve in the last 5
+    records. Best score: 0.024. Signaling Trainer to stop.`)."""
+    text = re.sub(r"[ \t]{2,}", "  ", redact_secrets(message(line).strip() or line.strip()))
+    if len(text) > _RESULT_LIMIT and (figure := _FIGURE.search(text)):
+        text = text[_sentence_start(text, figure.start()):]
+    return text[:_RESULT_LIMIT] + ("…" if len(text) > _RESULT_LIMIT else "")
+
+
+def _sentence_start(text: str, at: int) -> int:
+    """Where the sentence holding position `at` begins (after the last ". " or "; " before it)."""
+    return max((m.end() for m in re.finditer(r"[.;!?] +", text) if m.end() <= at), default=0)
 
 
 def _reached(step: Step | None) -> bool:

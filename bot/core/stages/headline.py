@@ -17,7 +17,7 @@ from bot.core.stages import findings as fd
 from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
 from bot.core.markers import words as announced
-from bot.core.stages.activity import Doing, last_result, logged_error, results_after, shard_of
+from bot.core.stages.activity import Doing, last_result, logged_error, results_after, shard_of, summary_result
 from bot.core.stages.freshness import Freshness, allowed_before_first_step, standing
 from bot.core.stages.pace import phase_threshold
 from bot.core.stages.schedule import at_schedule_end
@@ -40,6 +40,15 @@ from bot.core.verdict import (
 
 # An end that says only that it ended adds nothing to "finished".
 _GENERIC_END = re.compile(r"(?i)^(?:training )?(?:is )?(?:done|complete|completed|finished|all done)\.?!?$")
+
+
+# What makes an end's words a reason worth showing: a figure, a setting reached, a stop, a count of processes.
+_END_CAUSE = re.compile(r"(?i)[\d=]|\bstop|\breach|\blimit|\bbudget|\btime\b|\bpatience|\bconverge")
+
+
+def _bare_end(reason: str) -> bool:
+    """An end that says only that it ended, in however many words."""
+    return not _END_CAUSE.search(reason)
 
 
 def _base(ev: Evidence, run, gpu: GpuReport, **kw) -> dict:
@@ -253,10 +262,14 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
         if step is not None and step.loss is not None and not any(f.what is Finding.NAN_LOSS for f in found):
             head += f" · loss {words._value(step.loss)}"
             told.add(Said.LOSS)
-        if doing.ended is not None and (reason := end_reason(doing.ended, ev.lines)) and not _GENERIC_END.match(reason):
+        reason = end_reason(doing.ended, ev.lines) if doing.ended is not None else ""
+        # After an end that names no figure and no cause ("Training complete.", "🎉 pipeline completed
+        # successfully"), the result the run printed says more: `Best validation Dice: 0.4603`.
+        result = summary_result(ev, step, doing.ended) if _bare_end(reason) else None
+        if reason and not result and not _GENERIC_END.match(reason):
             head += f" ({reason})"
-        elif result := last_result(ev, step, doing.ended.index if doing.ended is not None else -1):
-            head += f", then: {result}"  # after a bare "Training complete.", the summary it printed says more
+        elif result or (result := last_result(ev, step, doing.ended.index if doing.ended is not None else -1)):
+            head += f", then: {result}"
         if doing.crash is not None:  # done, then ended by the scheduler: it hung on its way out
             return verdict(Phase.FINISHED, Level.WARN, f"{head}, then {words.crash(doing.crash, 70)}",
                            [Concern(Worry.HUNG_ON_EXIT)], said={Said.CRASH} | told)

@@ -1,0 +1,63 @@
+"""Round 10's lessons, on its real logs and lines (tests/fixtures/round10/FIRST_SIGHT.txt has what was misread at
+first sight): a finished run's headline says the result the run printed, where its end says only that it ended;
+the trainer's final metrics above a launcher's exits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.core.diagnose import diagnose
+from bot.core.verdict import Level, Phase
+from bot.probe.replay import DefaultRun
+from tests.builders import evidence
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def log(case: str) -> str:
+    return (FIXTURES / case / "log").read_text(errors="replace")
+
+
+def finished(text: str):
+    v = diagnose(evidence(text, age=300, writers=()), DefaultRun("r"))
+    assert (v.phase, v.level) == (Phase.FINISHED, Level.OK), v.headline
+    return v.headline
+
+
+# --- the result after a bare end ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case,says", [
+    ("round10/cv-monai-spleen-done", "Best validation Dice: 0.4603"),  # on the end's own line, after "Training complete."
+    ("round9/llm-pytorch-finetune-gpt2-lora", "Loss=0.4886"),  # `Final Results: …` above "pipeline completed successfully"
+    # a long line, quoted from the sentence that holds its figure, so the cut keeps it
+    ("round10/misc-lightning-plain-gat-earlystop", "Best score: 0.024"),
+])
+def test_a_finished_run_says_the_result_it_printed_after_its_loop(case, says):
+    assert says in finished(log(case))
+
+
+def test_an_end_that_names_its_cause_keeps_it_over_the_result():
+    text = "step 100/100 loss 0.25\nval_acc: 0.913\n`Trainer.fit` stopped: `max_steps=100` reached.\n"
+    assert "max_steps=100 reached" in finished(text)
+
+
+def test_a_line_the_loop_printed_every_epoch_is_not_the_runs_result():
+    # person re-ID: `train Loss: 0.0898 … Acc: 0.4244` closes every epoch; the end's own words stay
+    assert "End training" in finished(log("round10/cv-person-reid-triplet-done"))
+
+
+def test_a_whole_number_is_a_setting_or_a_count_not_a_result():
+    text = ("epoch 1/2 loss 0.5213\nepoch 2/2 loss 0.4127\n"
+            "Starting evaluation num_episodes=100 num_workers=4\nTraining complete.\n")
+    assert "num_episodes" not in finished(text)
+
+
+# --- a trainer's metrics above its launcher's exits -------------------------------------------------------------------
+
+def test_hf_final_metrics_far_above_the_launchers_exits_are_said_with_them():
+    # HF's `{'train_runtime': 6311.5782, …, 'train_loss': 4.597…}`, then the model's repr (500 lines), then DeepSpeed's
+    # launcher: `Process N exits successfully.` six times
+    head = finished(log("round10/llm-hf-trainer-v4-miniphi3-lora-sft-done"))
+    assert "train_loss 4.597" in head and "6 processes exited successfully" in head, head
