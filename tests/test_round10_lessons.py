@@ -61,3 +61,27 @@ def test_hf_final_metrics_far_above_the_launchers_exits_are_said_with_them():
     # launcher: `Process N exits successfully.` six times
     head = finished(log("round10/llm-hf-trainer-v4-miniphi3-lora-sft-done"))
     assert "train_loss 4.597" in head and "6 processes exited successfully" in head, head
+
+
+# --- a stamp that names its month ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,rest", [
+    ("[Mar 29, 16:34:28] 1016 5.299243152939811", "1016 5.299243152939811"),  # ColBERT's own logger
+    ("Mar  9 16:34:28 gpu01 python[811]: step 5", "gpu01 python[811]: step 5"),  # syslog
+    ("Wed Dec  2 21:17:46 2026 step 5 loss 1.2", "step 5 loss 1.2"),  # ctime, as `date` prints it
+])
+def test_a_stamp_that_names_its_month_is_a_stamp(line, rest):
+    from bot.core.grammar import line_time, strip_stamp
+    assert strip_stamp(line) == rest and line_time(line) is not None
+
+
+def test_a_month_in_words_is_no_stamp():
+    from bot.core.grammar import line_time, strip_stamp
+    assert strip_stamp("March 29 was the last run") == "March 29 was the last run"
+    assert line_time("May 3 runs were done") is None
+
+
+def test_colberts_bare_counter_after_its_stamp_is_the_step_and_its_end_an_end():
+    # `[Mar 29, 16:34:28] 1016 5.299243152939811`, then `#> Done with all triples!`, the saves, the ranks joined
+    head = finished(log("round10/llm-colbert-instruct-triples-done"))
+    assert "1016" in head

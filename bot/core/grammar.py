@@ -284,7 +284,11 @@ _STAMPS = (
     (re.compile(r"(\d{4})/(\d\d)/(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?"), "ymdhms"),
     (re.compile(r"^\[?(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)\]"), "mdhms"),  # detectron2: [11/17 11:38:28]
     (re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?"), "mdhms"),  # glog: I1130 10:00:00.123
+    # a month's name: syslog's `Mar 29 16:34:28`, ColBERT's `[Mar 29, 16:34:28]`, ctime's `Wed Dec  2 21:17:46 2026`
+    (re.compile(r"^\[?(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? )?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}),? "
+                r"(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?"), "bdhms"),
 )
+_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 
 
 class LineStamps(Sequence):
@@ -326,6 +330,8 @@ def line_time(text: str) -> float | None:
             if shape == "ymdhms":
                 y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
                 frac = m.group(7)
+            elif shape == "bdhms":
+                y, mo, (d, h, mi, s), frac = 2000, _MONTHS[m[1]], (int(x) for x in m.groups()[1:5]), m.group(6)
             else:
                 y, (mo, d, h, mi, s), frac = 2000, (int(x) for x in m.groups()[:5]), (m.group(6) if m.lastindex and m.lastindex >= 6 else None)
             when = datetime(y, mo, d, h, mi, s).timestamp()  # naive: only differences are used
@@ -338,12 +344,14 @@ def line_time(text: str) -> float | None:
 # detectron2 puts the level before its stamp (`WARNING [06/09 11:05:25 d2.x]:`), a paste may bold it (`**ERROR [06/09 …`).
 _LEADING_STAMP = re.compile(
     r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:[DIWEC][ \t]+(?=\d{4}[-/]))?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
-    r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?)\]?[ \t]*[|:-]?[ \t]*")
+    r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?"
+    r"|(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? )?(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: \d{4})?)"
+    r"\]?[ \t]*[|:-]?[ \t]*")
 
 
 def strip_stamp(text: str) -> str:
     """A line without the timestamp its logger put first (its numbers are not the run's)."""
-    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEFDC*" else text
+    return _LEADING_STAMP.sub("", text, count=1) if text[:1].isdigit() or text[:1] in " \t[IWEFDC*JMASONT" else text
 
 
 # --- prefixes and frames --------------------------------------------------------------------
