@@ -85,3 +85,35 @@ def test_colberts_bare_counter_after_its_stamp_is_the_step_and_its_end_an_end():
     # `[Mar 29, 16:34:28] 1016 5.299243152939811`, then `#> Done with all triples!`, the saves, the ranks joined
     head = finished(log("round10/llm-colbert-instruct-triples-done"))
     assert "1016" in head
+
+
+# --- a table with a header row; a number inside a name ------------------------------------------------------------------
+
+RAY = "round10/cv-rllib-shogi-dqn-live"
+
+
+def test_a_headed_tables_rows_are_read_under_their_header():
+    from bot.core.progress import fold_headed_tables
+    rows = ["| Trial name            | status   |   iter |      ts |",
+            "|-----------------------+----------+--------+---------|",
+            "| DQN_shogi_96499_00000 | RUNNING  |    325 | 1071840 |"]
+    assert fold_headed_tables(rows) == ["", "", "Trial name: DQN_shogi_96499_00000 | status: RUNNING | iter: 325 | ts: 1071840"]
+
+
+def test_a_table_of_numbers_alone_has_no_header():
+    from bot.core.progress import fold_headed_tables
+    rows = ["| 1 | 2 | 3 |", "|---|---|---|", "| 4 | 5 | 6 |"]
+    assert fold_headed_tables(rows) == rows
+
+
+def test_ray_tunes_status_table_is_where_the_loop_stands():
+    # its `iter` column says 325 while the result block above it still says `training_iteration: 324`
+    v = diagnose(evidence(log(RAY), age=5, writers=((692, 40, "python3 train.py"),)), DefaultRun("r"))
+    assert v.phase is Phase.TRAINING and "325" in v.headline, v.headline
+
+
+def test_a_number_inside_a_name_is_no_result():
+    # `Result for DQN_shogi_96499_00000:` heads every one of Ray Tune's reports: the run did not end with it
+    text = "".join(f"episode_reward_mean: 0.{k}\ntraining_iteration: {k}\nResult for DQN_shogi_96499_00000:\n" for k in range(1, 6))
+    v = diagnose(evidence(text, age=7200, writers=()), DefaultRun("r"))
+    assert (v.phase, v.level) == (Phase.STOPPED, Level.CRIT), v.headline

@@ -407,9 +407,9 @@ def read_progress(lines: Sequence[str], stamps: Sequence[float | None] = (), ear
                   rule: CounterRule | None = None) -> Progress:
     """`rule`: the counter earlier looks at this log learned (bot.core.learned): its template is the loop's
     even when the window holds one line of it, or its numbers have no names."""
-    found = _series(list(enumerate(drop_mappings(fold_tables(lines)))), stamps, rule)
+    found = _series(list(enumerate(drop_mappings(fold_headed_tables(fold_tables(lines))))), stamps, rule)
     if not found.steps and earlier:
-        back = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(drop_mappings(fold_tables(earlier)))], (), rule)
+        back = _series([(-len(earlier) + i - 1, t) for i, t in enumerate(drop_mappings(fold_headed_tables(fold_tables(earlier))))], (), rule)
         found = replace(found, steps=back.steps, loop=back.loop)
     return found
 
@@ -440,6 +440,42 @@ def fold_tables(lines: Sequence[str]) -> Sequence[str]:
         elif start is not None and not _KV_ROW.match(text):
             start = None
     return out
+
+
+# A table with a header row (Ray Tune's trial status, a markdown table): `| Trial name | status | … | iter | ts |`, a rule
+# `|---+---|`, then one row per item. Each row is read as the header's names beside its own cells (`iter: 325 | ts:
+# 1071840`), so a counter that only the header names is found like any named field.
+_SEPARATOR = re.compile(r"^[ \t]*[|+][-=:+| ]*-[-=:+| ]*$")
+_CELLS = re.compile(r"^[ \t]*\|(.*)\|[ \t]*$")
+
+
+def _cells(text: str) -> list[str] | None:
+    m = _CELLS.match(text)
+    return [c.strip() for c in m[1].split("|")] if m else None
+
+
+def fold_headed_tables(lines: Sequence[str]) -> Sequence[str]:
+    """The lines with each row of a headed table read as `name: cell | …` (its header and rules left blank)."""
+    out = None
+    for i in range(1, len(lines) - 1):
+        if not _SEPARATOR.match(lines[i]) or "|" not in lines[i - 1]:
+            continue
+        header = _cells(lines[i - 1])
+        if not header or len(header) < 3 or sum(bool(re.search(r"[A-Za-z]", h)) for h in header) < len(header) - 1:
+            continue
+        rows = []
+        for k in range(i + 1, len(lines)):
+            cells = _cells(lines[k])
+            if cells is None or len(cells) != len(header):
+                break
+            rows.append((k, cells))
+        if not rows:
+            continue
+        out = list(lines) if out is None else out
+        out[i - 1] = out[i] = ""
+        for k, cells in rows:
+            out[k] = " | ".join(f"{h}: {c}" for h, c in zip(header, cells) if h and c)
+    return lines if out is None else out
 
 
 # A configuration printed as YAML (yacs' `Running with config:`, Hydra's dump): indented `KEY: value` lines, one

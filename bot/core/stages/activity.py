@@ -283,9 +283,10 @@ def _last_move(steps) -> int:
     return steps[k].index
 
 
-# What a loop prints once it is over: results of a final test or evaluation, the best value, a last save.
+# What a loop prints once it is over: results of a final test or evaluation, the best value, a last save. The number
+# stands on its own: one inside a name (`Result for DQN_shogi_96499_00000:`, Ray Tune's every report) is no figure.
 _RESULT = re.compile(r"(?i)\b(?:test|val(?:id(?:ation)?)?|eval(?:uation)?|final|best|results?|top-?[15]|acc(?:uracy)?|"
-                     r"mAP|mIoU|dice|bleu|rouge|f1|auc|score|ppl|perplexity)\w*\b[^\n]{0,40}?[:=]?[ \t]*-?\d"
+                     r"mAP|mIoU|dice|bleu|rouge|f1|auc|score|ppl|perplexity)\w*\b[^\n]{0,40}?[:=]?[ \t]*(?<![\w.])-?\d"
                      r"|^\W*best [\w ]{1,30}:[ \t]*[A-Za-z]\w")  # a search's winner, by name: `Best model: AutoGluonTabular`
 
 
