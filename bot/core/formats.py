@@ -3,6 +3,7 @@ and the remote grep pre-filter (that grammar's words, plus a run's own step_patt
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Protocol
 
@@ -70,6 +71,7 @@ def _to_ere(pattern: str) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=256)  # one per run's configured format at most: the same string each sweep
 def step_grep_ere(custom: str | None = None) -> str:
     """One POSIX ERE matching every line parse_step may accept (a pre-filter for `grep -aE`).
 

@@ -3,6 +3,7 @@ line timestamps, rank prefixes, \\r-frames — and the remote grep pre-filter bu
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -423,6 +424,7 @@ def _ci(word: str) -> str:
     return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else (f"[{c}]" if c in "/." else c) for c in word)
 
 
+@functools.cache  # a constant of the grammar: built once, not for every probe script (1 ms each, on the loop)
 def prefilter_ere() -> str:
     """One POSIX ERE for `grep -aE` that keeps every line a progress recogniser may read: a loss, a rate,
     a step or epoch key before a number, or an n/total counter. Broad on purpose (the window is parsed
