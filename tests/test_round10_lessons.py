@@ -117,3 +117,17 @@ def test_a_number_inside_a_name_is_no_result():
     text = "".join(f"episode_reward_mean: 0.{k}\ntraining_iteration: {k}\nResult for DQN_shogi_96499_00000:\n" for k in range(1, 6))
     v = diagnose(evidence(text, age=7200, writers=()), DefaultRun("r"))
     assert (v.phase, v.level) == (Phase.STOPPED, Level.CRIT), v.headline
+
+
+# --- an end after errors ------------------------------------------------------------------------------------------------
+
+def test_an_end_after_logged_errors_is_a_warning_that_says_the_last():
+    # every ablation `ERROR - Ablation … failed: default_collate: …`, then `Ablation study completed!`
+    v = diagnose(evidence(log("round10/misc-hhgtn-fraud-ablation-allfail"), age=300, writers=()), DefaultRun("r"))
+    assert (v.phase, v.level) == (Phase.FINISHED, Level.WARN) and "default_collate" in v.headline, v.headline
+
+
+def test_an_error_the_loop_went_on_after_is_not_the_ends():
+    text = ("step 1/3 loss 0.9\n2024-01-01 10:00:00 - ERROR - could not reach the metrics server\n"
+            "step 2/3 loss 0.8\nstep 3/3 loss 0.7\nTraining complete.\n")
+    assert "error" not in finished(text).lower()

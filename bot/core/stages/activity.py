@@ -441,5 +441,18 @@ def logged_error(ev: Evidence, step: Step | None) -> Crash | None:
     return None
 
 
+def errors_before_end(ev: Evidence, step: Step | None, ended: int) -> tuple[int, Crash | None]:
+    """ERROR-level lines between the loop's last progress and the end's line (every ablation of a study `failed:`,
+    then `Ablation study completed!`): how many, and the last in its own words (after its level). A run that ends
+    well after errors did part of its work, or none."""
+    found = [(i, m) for i, x in enumerate(ev.lines[_position(step) + 1:ended], _position(step) + 1)
+             if (m := _LOGGED_ERROR.search(x))]
+    if not found:
+        return 0, None
+    i, m = found[-1]
+    said = m.string[m.end():].strip(" \t:|-]") or message(m.string)
+    return len(found), Crash(Kind.LOGGED, None, redact_secrets(said)[:200], line_index=i)
+
+
 def bar_of(doing: Doing) -> Bar | None:
     return doing.bar.bar if doing.bar is not None else None

@@ -17,7 +17,7 @@ from bot.core.stages import findings as fd
 from bot.core.stages import words
 from bot.core.markers import Mark, end_reason
 from bot.core.markers import words as announced
-from bot.core.stages.activity import Doing, last_result, logged_error, results_after, shard_of, summary_result
+from bot.core.stages.activity import Doing, errors_before_end, last_result, logged_error, results_after, shard_of, summary_result
 from bot.core.stages.freshness import Freshness, allowed_before_first_step, standing
 from bot.core.stages.pace import phase_threshold
 from bot.core.stages.schedule import at_schedule_end
@@ -285,6 +285,10 @@ def judge(ev: Evidence, run, gpu: GpuReport, doing: Doing, life: Liveness, fresh
                 return verdict(Phase.FINISHED, Level.WARN, f"{head}, but process {writer.pid if writer else '?'} still "
                                f"alive {hz.duration(silent)} later (hung on exit?)", [Concern(Worry.HUNG_ON_EXIT)], said=told)
             return verdict(Phase.FINISHED, Level.OK, f"{head}; process exiting", said=told)
+        errors, error = errors_before_end(ev, step, doing.ended.index) if doing.ended is not None else (0, None)
+        if error is not None:  # it says it ended well, after saying that its work failed
+            said = f"{errors} errors logged, the last" if errors > 1 else "an error logged"
+            return verdict(Phase.FINISHED, Level.WARN, f"{head}, but {said}: {words.crash(error, 70)}", said={Said.CRASH} | told)
         if doing.thread_crash is not None:  # a clean exit hides that part of the work stopped on the way
             return verdict(Phase.FINISHED, Level.WARN, f"{head}, but thread {doing.thread_crash.thread} died on the way: "
                            f"{words.crash(doing.thread_crash, 60)}", said={Said.THREAD_CRASH} | told)
