@@ -27,7 +27,7 @@ CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, (hu
 # round 7: 58/78 at first sight, 73 after; round 8: 61/83 at first sight, 79 after; round 9: 38/66, 44 after; round 10: 51/77, 52 after;
 # docs/diagnosis-corpus.md), with room for the odd moment a loaded machine's timing moves, so that no change makes
 # it worse; it joins BARS once its lessons are in.
-LEARNING = {"round4": 80, "round5": 67, "round6": 74, "round7": 70, "round8": 77, "round9": 44, "round10": 59}
+LEARNING = {"round4": 80, "round5": 67, "round6": 74, "round7": 70, "round8": 77, "round9": 44, "round10": 61}
 # Learning rounds with no false CRIT and every hang alerted now: held to that as the BARS corpora are.
 CLEAN = {"round5", "round6", "round8"}
 

@@ -131,3 +131,38 @@ def test_an_error_the_loop_went_on_after_is_not_the_ends():
     text = ("step 1/3 loss 0.9\n2024-01-01 10:00:00 - ERROR - could not reach the metrics server\n"
             "step 2/3 loss 0.8\nstep 3/3 loss 0.7\nTraining complete.\n")
     assert "error" not in finished(text).lower()
+
+
+# --- a log several launches were appended to ------------------------------------------------------------------------------
+
+XCLIP = "round10/cv-x-clip-fit101-hang"
+
+
+def test_a_relaunch_gone_before_its_first_step_is_stopped_there():
+    # x-clip: `Train: [0/50][0/6]` at 09:36, then a new launch at 10:41 that got as far as `load pretrained CLIP`
+    v = diagnose(evidence(log(XCLIP), age=7200, writers=()), DefaultRun("r"))
+    assert v.phase is Phase.STOPPED and "CLIP" in v.headline, v.headline
+
+
+def test_a_relaunch_that_hangs_before_its_first_step_is_silent_from_its_own_last_line():
+    v = diagnose(evidence(log(XCLIP), age=1800, writers=((692, 40, "python3 main.py"),)), DefaultRun("r"))
+    assert v.phase is Phase.SILENT and "30 min" in v.headline and "load pretrained CLIP" in v.headline, v.headline
+
+
+def test_swins_logger_prefix_is_no_part_of_the_message():
+    from bot.core.grammar import message
+    assert message("[2024-09-24 10:41:58 ViT-B/16] (xclip.py 215): INFO load pretrained CLIP") == "load pretrained CLIP"
+
+
+def test_a_long_evaluation_after_the_last_step_is_no_relaunch():
+    # an hour between the last step and the results, but nothing of the start-up printed again
+    lines = ["2024-01-01 10:00:00 INFO Build dataset: train images = 34", "2024-01-01 10:00:01 INFO Creating model: swin"]
+    lines += [f"2024-01-01 10:0{k}:00 INFO step {k} loss 0.{9 - k}" for k in range(1, 6)]
+    lines += ["2024-01-01 11:10:00 INFO Evaluation results: acc 0.91 on the test images"]
+    from bot.core.launches import newest_launch
+    from bot.core.progress import recognise
+    from bot.core.grammar import LineStamps
+    steps = recognise(lines, LineStamps(lines))
+    assert steps and newest_launch(lines, LineStamps(lines), steps) is None
+    again = lines + ["2024-01-01 11:10:05 INFO Build dataset: train images = 34"]
+    assert newest_launch(again, LineStamps(again), recognise(again, LineStamps(again))) == 7

@@ -13,6 +13,7 @@ from bot.core.crashes import find_crashes
 from bot.core.facts import Crash, FolderUse, GpuReadings, Process, Step
 from bot.core.gpus import parse_gpu_section
 from bot.core.grammar import LineStamps, eval_noun, fields, is_eval_key, is_loss_key, last_frame, message, split_rank_prefix
+from bot.core.launches import newest_launch
 from bot.core.learned import CounterRule, Learned, Sighting, learn_counter, news_line
 from bot.core.markers import Mark, Marker, find_markers
 from bot.core.progress import bar_step, clean, counter_word, read_progress, recognise, table_header, table_step
@@ -602,11 +603,15 @@ def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learne
         cut = window.find("\n")
         cut = cut if cut >= 0 else window.find("\r")
         window = window[cut + 1:] if cut >= 0 else ""
+    earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
+    return _read_window(window, truncated, earlier, custom, learned)
+
+
+def _read_window(window: str, truncated: bool, earlier: list[str], custom, learned: Learned | None) -> LogText:
     raw_lines = window.split("\n")
     lines = collapse_frames(window)
     raw_lines = raw_lines[: len(lines)]
     stamps = LineStamps(lines)
-    earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
     bars = _bars(raw_lines, lines)
     reading = _reading_lines(lines, bars)
     progress, counter = _read_progress_learning(reading, stamps, earlier, learned)
@@ -615,6 +620,9 @@ def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learne
     bars = _with_evaluation(bars, progress.evaluation)
     if custom is not None and not steps:
         steps = _custom(lines, custom)
+    if (start := newest_launch(lines, stamps, steps)) is not None:
+        # The log's last progress is an earlier launch's: the run is the newest one, read alone.
+        return _read_window("\n".join(raw_lines[start:]), True, [], custom, None)
     return LogText(
         lines=tuple(lines),
         stamps=stamps,

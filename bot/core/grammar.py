@@ -347,7 +347,7 @@ _LEADING_STAMP = re.compile(
     r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:[DIWEC][ \t]+(?=\d{4}[-/]))?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?"
     r"|(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? )?(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: \d{4})?)"
-    r"\]?[ \t]*[|:-]?[ \t]*")
+    r"(?:[ \t]+[\w./-]+(?=\]))?\]?[ \t]*[|:-]?[ \t]*")  # Swin's and its heirs' `[2024-09-24 10:41:58 ViT-B/16]` names its logger
 
 
 def strip_stamp(text: str) -> str:
@@ -391,7 +391,8 @@ _LOGGER = re.compile(
     r"|^[\w.]+(?: +\w+)? +\|[^|]*\|[ \t]*[\w.:]+ - "
     r"|^(?:[\w.]+[ \t]+(?:-[ \t]+)?)?(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b(?::[\w.]+:|[ \t]*[:|-][ \t]*|[ \t]+)"
     r"|^[ \t]*>+[ \t]+"
-    r"|^[\w./-]+\.(?:py|cc|cpp|h|go|rs):\d+\][ \t]*")  # a source location closing a C-style prefix: Paddle's `launch_utils.py:545] `
+    r"|^[\w./-]+\.(?:py|cc|cpp|h|go|rs):\d+\][ \t]*"  # a source location closing a C-style prefix: Paddle's `launch_utils.py:545] `
+    r"|^\([\w./-]+\.py[ \t]+\d+\):[ \t]*(?:(?:INFO|WARNING|WARN|DEBUG)[ \t]+)?")  # Swin's heirs: `(main.py 188): INFO `
 
 
 def message(text: str) -> str:
