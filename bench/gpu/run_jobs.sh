@@ -68,6 +68,11 @@ SEGV_STEP=${SEGV_STEP:-15}
 # round 9's jobs (JOBS="hf-early elastic lit-val-crash jsonl nested")
 HF_EARLY_ARGS=${HF_EARLY_ARGS:-"--layers 8 --hidden 512 --heads 8 --vocab 32000 --seq 256 --batch 8 --steps 400 --logging-steps 10 --eval-steps 40 --save-steps 40 --eval-items 160 --item-sleep 0.01"}
 ELASTIC_FAIL=${ELASTIC_FAIL:-10}            # rank 1's failing step on the first attempt
+# round 10's jobs (JOBS="dl-hang save spawn anomaly sigterm")
+SAVE_GB=${SAVE_GB:-40}                      # save: the size of its one large save
+SAVE_MOMENT=${SAVE_MOMENT:-21}              # save: seconds after the save's announcement (silence_after is 20s)
+SPAWN_FAIL=${SPAWN_FAIL:-25}                # spawn: rank 1's failing step
+ANOMALY_FAIL=${ANOMALY_FAIL:-25}            # anomaly: the step whose loss turns NaN
 
 if [ "$DEVICE" = auto ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
@@ -692,6 +697,70 @@ job_nested() {  # tqdm: an outer bar over epochs, an inner one over batches with
     end_job
 }
 
+# ---------------------------------------------------------------- round 10: hangs, saves, launchers, preemption
+# shellcheck disable=SC2086
+job_dl_hang() {  # every DataLoader worker blocks; the loop waits in next(), alive, the GPU idle; then it goes on
+    start_job dl-hang plain_job.py --mode dl-hang --control "$WORK/ctl/dl-hang" --device "$DEVICE" $DL_ARGS
+    if wait_event " step step=20\$" 120; then
+        moment training gpus
+        touch "$CTL/fault"; echo "fault file (workers block) at $(now)" >> "$JD/driver.txt"
+        sleep $(( HANG_WAIT + 5 )); moment hung gpus
+        rm -f "$CTL/fault"; echo "fault file removed at $(now)" >> "$JD/driver.txt"
+        wait_event " step step=40\$" 60 && moment resumed
+    fi
+    touch "$CTL/stop"
+    wait_exit 30
+    moment finished
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_save() {  # a save of --save-gb GB, announced before and after, then more steps
+    start_job save plain_job.py --mode save --save-at 30 --save-gb "$SAVE_GB" --control "$CKPT/save" --device "$DEVICE" $REPL_ARGS
+    wait_event " step step=20\$" 120 && moment training
+    if wait_event " save_begin " 60; then
+        sleep "$SAVE_MOMENT"
+        grep -q " save_end " "$EV" && note "save: the save ended before its moment"
+        moment saving gpus
+        wait_event " step step=40\$" 120 && moment training-after
+    fi
+    touch "$CKPT/save/stop"
+    wait_exit 30
+    moment finished
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_spawn() {  # torch.multiprocessing.spawn of two processes; rank 1 raises, spawn raises in the parent
+    start_job spawn plain_job.py --mode spawn --ranks 2 --fail-step "$SPAWN_FAIL" --steps 200 --device "$DEVICE" $REPL_ARGS
+    wait_event " step step=10\$" 120 && moment training gpus
+    wait_exit 60
+    moment crashed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_anomaly() {  # autograd's anomaly mode finds the NaN a sqrt of a negative number gives, and raises in backward
+    start_job anomaly plain_job.py --mode anomaly --fail-step "$ANOMALY_FAIL" --steps 200 --device "$DEVICE" $REPL_ARGS
+    wait_event " step step=10\$" 120 && moment training
+    wait_exit 60
+    moment crashed
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_sigterm() {  # a preemptible loop: SIGTERM, a checkpoint, exit 0
+    start_job sigterm plain_job.py --mode sigterm --control "$CKPT/sigterm" --device "$DEVICE" $REPL_ARGS
+    if wait_event " step step=25\$" 120; then
+        moment training
+        local main; main=$(job_pid)
+        kill -TERM "$main"; echo "kill -TERM $main at $(now)" >> "$JD/driver.txt"
+    fi
+    wait_exit 30
+    moment preempted
+    end_job
+}
+
 # ---------------------------------------------------------------- nvidia-smi's utilisation window
 util_timed() {  # file label cmd...: 5 timed calls, every output kept
     local f=$1 label=$2; shift 2
@@ -841,7 +910,8 @@ log "$(tr '\n' ' ' < "$CAP/runbot-preflight.txt")"
     echo "loading_grace = \"$LOADING_GRACE\""
     echo "gpu_samples = $GPU_SAMPLES"
     for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start \
-        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv hf-early elastic elastic-c10d lit-val-crash jsonl nested; do
+        ddp-hang ddp-oom nccl-dup accel-bs sigstop segv hf-early elastic elastic-c10d lit-val-crash jsonl nested \
+        dl-hang save spawn anomaly sigterm; do
         echo
         echo "[runs.$j]"
         echo 'host = "local"'
@@ -883,6 +953,11 @@ for j in $JOBS; do
         lit-val-crash) need 60 lit-val-crash && job_lit_val_crash ;;
         jsonl) need 45 jsonl && job_jsonl ;;
         nested) need 50 nested && job_nested ;;
+        dl-hang) need $(( HANG_WAIT + 70 )) dl-hang && job_dl_hang ;;
+        save) need $(( SAVE_MOMENT + 80 )) save && job_save ;;
+        spawn) need 60 spawn && job_spawn ;;
+        anomaly) need 50 anomaly && job_anomaly ;;
+        sigterm) need 50 sigterm && job_sigterm ;;
         *) note "unknown job $j" ;;
     esac
 done

@@ -23,6 +23,17 @@ nested:  tqdm bars, an outer one over --epochs epochs and an inner one (leave=Fa
 segv:    the rotate loop; when --control/fault appears, a native call reads address 0 (as a broken
          extension would): SIGSEGV, and with --faulthandler Python's own `Fatal Python error:
          Segmentation fault` with every thread's stack.
+dl-hang: the dl loop; while --control/fault exists, every DataLoader worker blocks in __getitem__ (a
+         read from a dead network mount would): the main process waits in next(), alive, the GPU idle.
+save:    the rotate loop; at --save-at it announces `saving checkpoint to …/ckpt-N.pt`, writes
+         --save-gb GB with torch.save and fsync (a large optimizer state), says `checkpoint saved`, and goes on.
+spawn:   torch.multiprocessing.spawn of --ranks processes, each running the rotate loop with a `[rank R]`
+         prefix; rank 1 raises ValueError at --fail-step, and spawn raises ProcessRaisedException in the parent.
+anomaly: the rotate loop under torch.autograd.set_detect_anomaly(True); at --fail-step the loss takes a sqrt of a
+         negative number, and backward raises `Function 'SqrtBackward0' returned nan values in its 0th output`
+         after anomaly mode's warning with the forward call's stack.
+sigterm: the rotate loop with a SIGTERM handler, as preemptible jobs have: on SIGTERM it says so, saves a
+         checkpoint at the current step and exits 0.
 
 The driver learns the moments from $JOB_EVENTS (events.py) and steers with control files;
 neither shows in the log.
@@ -55,7 +66,11 @@ class RandomTokens(Dataset):
     def __len__(self) -> int:
         return self.n
 
+    hang_file: str | None = None
+
     def __getitem__(self, i: int) -> torch.Tensor:
+        while self.hang_file and os.path.exists(self.hang_file):
+            time.sleep(0.5)
         if self.sleep:
             time.sleep(self.sleep)
         g = torch.Generator().manual_seed(i)
@@ -79,7 +94,7 @@ class LM(nn.Module):
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv", "json", "nested"], required=True)
+    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv", "json", "nested", "dl-hang", "save", "spawn", "anomaly", "sigterm"], required=True)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--control", default="")
     p.add_argument("--steps", type=int, default=100000)
@@ -97,7 +112,36 @@ def main() -> int:
     p.add_argument("--per-epoch", type=int, default=60, help="nested: inner bar's batches")
     p.add_argument("--faulthandler", action="store_true", help="faulthandler.enable(), as many trainers do")
     p.add_argument("--tb", default="", help="rotate: also write TensorBoard scalars into this folder")
+    p.add_argument("--save-at", type=int, default=30, help="save: the step of the large save")
+    p.add_argument("--save-gb", type=float, default=24.0, help="save: how many GB it writes")
+    p.add_argument("--fail-step", type=int, default=20, help="spawn, anomaly: the step that fails")
+    p.add_argument("--ranks", type=int, default=2, help="spawn: processes")
     a = p.parse_args()
+    if a.mode == "spawn":
+        import torch.multiprocessing as mp
+
+        print(f"spawning {a.ranks} processes", flush=True)
+        mp.spawn(_spawned, args=(a,), nprocs=a.ranks, join=True)
+        print("all ranks done", flush=True)
+        return 0
+    return _train(a)
+
+
+def _spawned(rank: int, a) -> None:
+    a.rank = rank
+    _train(a)
+
+
+def _train(a) -> int:
+    rank = getattr(a, "rank", None)
+    say = (lambda text: print(f"[rank {rank}] {text}", flush=True)) if rank is not None else (lambda text: print(text, flush=True))
+    stopping = []
+    if a.mode == "sigterm":
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    if a.mode == "anomaly":
+        torch.autograd.set_detect_anomaly(True)
 
     if a.faulthandler:
         import faulthandler
@@ -108,7 +152,7 @@ def main() -> int:
     model = LM(a.vocab, a.dim, a.layers, a.heads).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     n = sum(q.numel() for q in model.parameters())
-    print(f"model: {n / 1e6:.1f}M params on {dev}", flush=True)
+    say(f"model: {n / 1e6:.1f}M params on {dev}")
     stop_file = os.path.join(a.control, "stop") if a.control else None
     fault_file = os.path.join(a.control, "fault") if a.control else None
     step_fn = model
@@ -116,8 +160,9 @@ def main() -> int:
         print("compiling the model with torch.compile()", flush=True)
         step_fn = torch.compile(model)
 
-    if a.mode == "dl":
+    if a.mode in ("dl", "dl-hang"):
         ds = RandomTokens(a.steps * a.batch, a.seq, a.vocab, a.item_sleep)
+        ds.hang_file = fault_file if a.mode == "dl-hang" else None
         loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers, pin_memory=a.device == "cuda")
         print(f"DataLoader: {len(loader)} batches, num_workers={a.workers}", flush=True)
         batches = iter(loader)
@@ -149,6 +194,16 @@ def main() -> int:
 
             event("fault", step=step)
             ctypes.string_at(0)
+        if stopping:
+            event("sigterm", step=step)
+            path = os.path.join(a.control or ".", f"ckpt-{done}.pt")
+            say(f"received SIGTERM: saving a checkpoint at step {done} and exiting")
+            torch.save({"model": model.state_dict(), "step": done}, path)
+            say(f"checkpoint saved to {path}; exiting")
+            event("exit")
+            return 0
+        if a.mode == "save" and step == a.save_at:
+            _big_save(a, model, done, say)
         if batches is not None:
             ids = next(batches).to(dev, non_blocking=True)
         else:
@@ -157,6 +212,12 @@ def main() -> int:
             event("compile_begin")
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.device == "cuda"):
             loss = step_fn(ids)
+        if a.mode == "anomaly" and step == a.fail_step:
+            event("fault", step=step)
+            loss = loss + torch.sqrt(loss.detach().new_tensor(-1.0, requires_grad=True))
+        if a.mode == "spawn" and rank == 1 and step == a.fail_step:
+            event("fault", step=step)
+            raise ValueError(f"bad batch at step {step}: token ids out of range for the loss")
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -170,19 +231,36 @@ def main() -> int:
                 print(json.dumps({"step": step, "loss": round(val, 4), "tokens_per_sec": round(rate),
                                   "elapsed": round(now - t0, 1)}), flush=True)
             else:
-                print(f"step={step} loss={val:.4f} tok/s={rate:.0f} elapsed={now - t0:.1f}s", flush=True)
+                say(f"step={step} loss={val:.4f} tok/s={rate:.0f} elapsed={now - t0:.1f}s")
             if tb is not None:
                 tb.add_scalar("loss", val, step)
             t_last, done = now, step
-            event("step", step=step)
+            if rank in (None, 0):
+                event("step", step=step)
         if a.step_sleep:
             time.sleep(a.step_sleep)
     if a.mode == "json":
         print(json.dumps({"event": "done", "steps": done, "elapsed": round(time.time() - t0, 1)}), flush=True)
     else:
-        print("training done", flush=True)
+        say("training done")
     event("exit")
     return 0
+
+
+def _big_save(a, model, step: int, say) -> None:
+    """A save as large models make them: --save-gb of state, written and fsynced, announced before and after."""
+    path = os.path.join(a.control or ".", f"ckpt-{step}.pt")
+    say(f"saving checkpoint to {path}")
+    event("save_begin", step=step)
+    t = time.time()
+    state = {"model": model.state_dict(), "optimizer_shard": torch.ones(int(a.save_gb * 2**30) // 4)}
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.remove(path)  # the disk is small: the bytes were written, that is the point
+    say(f"checkpoint saved ({a.save_gb:.0f} GB in {time.time() - t:.1f} s)")
+    event("save_end", step=step)
 
 
 def _nested(a, model, opt, dev) -> int:
