@@ -166,3 +166,21 @@ def test_a_long_evaluation_after_the_last_step_is_no_relaunch():
     assert steps and newest_launch(lines, LineStamps(lines), steps) is None
     again = lines + ["2024-01-01 11:10:05 INFO Build dataset: train images = 34"]
     assert newest_launch(again, LineStamps(again), recognise(again, LineStamps(again))) == 7
+
+
+# --- a run's own handler of a termination signal (gpu-jobs5's `sigterm`) --------------------------------------------------
+
+def test_a_run_that_says_it_received_sigterm_and_exits_was_stopped_by_it():
+    # a preemptible loop: `received SIGTERM: saving a checkpoint at step 34 and exiting`, a save, exit 0
+    text = "".join(f"step={k} loss=9.8{k % 10} tok/s=34000\n" for k in range(1, 35))
+    text += ("received SIGTERM: saving a checkpoint at step 34 and exiting\n"
+             "checkpoint saved to /tmp/ckpt/sigterm/ckpt-34.pt; exiting\n")
+    v = diagnose(evidence(text, age=60, writers=()), DefaultRun("r"))
+    assert (v.phase, v.level) == (Phase.CRASHED, Level.CRIT) and "SIGTERM" in v.headline, v.headline
+
+
+def test_a_sigterm_handler_announced_before_the_loop_is_no_crash():
+    # Lightning under SLURM: `[rank: 0] Received SIGTERM: 15` at start-up, and the loop trains on
+    text = "[rank: 0] Received SIGTERM: 15\n" + "".join(f"step={k} loss=9.8{k % 10} tok/s=34000\n" for k in range(1, 35))
+    v = diagnose(evidence(text, age=5, writers=((692, 40, "python3 train.py"),)), DefaultRun("r"))
+    assert (v.phase, v.level) == (Phase.TRAINING, Level.OK), v.headline

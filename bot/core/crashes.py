@@ -52,6 +52,10 @@ _SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death s
                      r"|Signal (\d+) \((SIG\w+)\) received|Received (?:Signals\.)?(SIG\w+) death signal"
                      # abseil's failure-signal handler (Ray, TensorFlow, JAX): `*** SIGTERM received at time=… ***`
                      r"|\*\*\* (SIG\w+) received at time=")
+# A run's own handler saying it got a termination signal, as preemptible jobs have (`received SIGTERM: saving a
+# checkpoint … and exiting`, `Caught SIGUSR1, requeueing`). It counts only after the loop's last move, like every
+# crash: NeMo under SLURM prints Lightning's `Received SIGTERM: 15` at start-up and trains on.
+_OWN_SIGNAL = re.compile(r"(?i)\b(?:received|caught|got|handling)[ \t]+(?:signal[ \t]+)?(SIG(?:TERM|INT|HUP|USR1|USR2|QUIT|XCPU))\b")
 # A process's own report of the signal that kills it (Open MPI's and libSegFault's handlers), indented under its
 # `*** Process received signal ***`: `  [m2301007135:374576] Signal: Segmentation fault (11)`.
 _PROCESS_SIGNAL = re.compile(r"^[ \t]*(?:\[[\w.-]+:\d+\][ \t]*)?Signal: ([A-Z][\w ]+?) \((\d+)\)[ \t]*$")
@@ -383,6 +387,10 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         if name is None and groups and groups[0].isdigit():
             name = SIGNAL_NAMES.get(int(groups[0]), f"signal {groups[0]}")
         return _launcher_signal(name or "a death signal", rank, i)
+    if m := _OWN_SIGNAL.search(text):
+        name = m[1].upper()
+        return Crash(Kind.SIGNAL, None, _trim(message(text)), rank=rank,
+                     signal_hint=_SIGNALS[15] if name == "SIGTERM" else None, line_index=i)
     if m := _AGENT.search(text):
         code, local = int(m[1]), int(m[2])
         return _child_failed(following[:40], i, local, code)
@@ -493,7 +501,7 @@ def _scan(entries: list[tuple[int, int | None, str]], builds: Sequence[tuple[int
 # time, and the watchdog parses hundreds of probes a sweep. Plain substring tests on the
 # lower-cased text: a case-insensitive regex alternation took 11 ms on a 64 KiB window.
 _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdog got stuck", "srun: error", "terminate called", "kill", "segmentation fault",
-                "sigsegv", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
+                "sigsegv", "sigterm", "sigint", "sighup", "sigusr", "sigquit", "sigxcpu", "outofmemoryerror", "out of memory", "distbackenderror", "nccl", "childfailederror",
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
                 "term_", "check failed", "check failure stack trace",
