@@ -70,10 +70,11 @@ def test_a_header_glued_onto_the_open_bar_line_starts_at_its_first_frame():
 
 
 @pytest.mark.parametrize("line, rest", [
-    # detectron2 puts the level before its stamp; a markdown paste may bold it (misc-detectron2-oom-after-22-iterations)
-    ("**ERROR [06/09 11:05:25 d2.engine.train_loop]**: Exception during training:", "d2.engine.train_loop]**: Exception during training:"),
-    ("WARNING [06/09 11:05:25 d2.engine.hooks]: Overall training speed", "d2.engine.hooks]: Overall training speed"),
-    ("[06/09 11:05:25 d2.engine.hooks]: Total training time: 0:01:02", "d2.engine.hooks]: Total training time: 0:01:02"),
+    # detectron2 puts the level before its stamp; a markdown paste may bold it (misc-detectron2-oom-after-22-iterations).
+    # The logger's name inside the stamp's bracket goes with it (round 10: Swin's `[stamp ViT-B/16]`).
+    ("**ERROR [06/09 11:05:25 d2.engine.train_loop]**: Exception during training:", "Exception during training:"),
+    ("WARNING [06/09 11:05:25 d2.engine.hooks]: Overall training speed", "Overall training speed"),
+    ("[06/09 11:05:25 d2.engine.hooks]: Total training time: 0:01:02", "Total training time: 0:01:02"),
     ("Epoch 06/09 loss 0.1", "Epoch 06/09 loss 0.1"),  # no stamp: kept
 ])
 def test_a_stamp_after_its_level_is_no_step(line, rest):

@@ -52,10 +52,12 @@ _SIGNAL = re.compile(r"(?i)Main process received (SIG\w+)|Received (\d+) death s
                      r"|Signal (\d+) \((SIG\w+)\) received|Received (?:Signals\.)?(SIG\w+) death signal"
                      # abseil's failure-signal handler (Ray, TensorFlow, JAX): `*** SIGTERM received at time=… ***`
                      r"|\*\*\* (SIG\w+) received at time=")
-# A run's own handler saying it got a termination signal, as preemptible jobs have (`received SIGTERM: saving a
-# checkpoint … and exiting`, `Caught SIGUSR1, requeueing`). It counts only after the loop's last move, like every
-# crash: NeMo under SLURM prints Lightning's `Received SIGTERM: 15` at start-up and trains on.
-_OWN_SIGNAL = re.compile(r"(?i)\b(?:received|caught|got|handling)[ \t]+(?:signal[ \t]+)?(SIG(?:TERM|INT|HUP|USR1|USR2|QUIT|XCPU))\b")
+# A run's own handler saying it got a termination signal and what it does about it, as preemptible jobs have
+# (`received SIGTERM: saving a checkpoint … and exiting`, `Caught SIGUSR1, requeueing`). Not the bare notice of
+# Lightning's handler, `Received SIGTERM: 15`: NeMo under SLURM prints it at start-up and trains on. Like every
+# crash it counts only after the loop's last move.
+_OWN_SIGNAL = re.compile(r"(?i)\b(?:received|caught|got|handling)[ \t]+(?:signal[ \t]+)?(SIG(?:TERM|INT|HUP|USR1|USR2|QUIT|XCPU))\b"
+                         r"(?![ \t]*:?[ \t]*\d*[ \t]*$)")
 # A process's own report of the signal that kills it (Open MPI's and libSegFault's handlers), indented under its
 # `*** Process received signal ***`: `  [m2301007135:374576] Signal: Segmentation fault (11)`.
 _PROCESS_SIGNAL = re.compile(r"^[ \t]*(?:\[[\w.-]+:\d+\][ \t]*)?Signal: ([A-Z][\w ]+?) \((\d+)\)[ \t]*$")

@@ -347,7 +347,7 @@ _LEADING_STAMP = re.compile(
     r"^[ \t]*\**(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]+)?\[?(?:[DIWEC][ \t]+(?=\d{4}[-/]))?(?:\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?:Z|[+-]\d\d:?\d\d)?"
     r"|\d\d/\d\d \d\d:\d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d{1,6})?(?:[ \t]+\d+)?"
     r"|(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? )?(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2},? \d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: \d{4})?)"
-    r"(?:[ \t]+[\w./-]+(?=\]))?\]?[ \t]*[|:-]?[ \t]*")  # Swin's and its heirs' `[2024-09-24 10:41:58 ViT-B/16]` names its logger
+    r"(?:[ \t]+[\w./-]+(?=\]))?\]?\**[ \t]*[|:-]?[ \t]*")  # Swin's and its heirs' `[2024-09-24 10:41:58 ViT-B/16]` names its logger
 
 
 def strip_stamp(text: str) -> str:
