@@ -17,6 +17,7 @@ from typing import Any
 # Durations, MAX_STEP_PATTERN and ConfigError live in their own modules; callers still import
 # them from here (see __all__).
 from config.durations import MAX_DURATION, format_duration, parse_duration
+from config.state_where import is_server
 from config.validate import (MAX_STEP_PATTERN, ConfigError, ConfigFaults, Validator, dotted, faults_of, one_line,
                              parse_jump, show)
 
@@ -539,6 +540,7 @@ _HOMES = {"bot": _BOT_CHECKS, "access": _ACCESS_CHECKS, "hosts.NAME": _HOST_CHEC
 
 
 def _state_db(value: str, base: str) -> str:
-    if value == ":memory:":
+    """A file path, resolved against the config's folder, or a PostgreSQL URL, kept as it is (docs/replicas.md)."""
+    if value == ":memory:" or is_server(value):
         return value
     return os.path.normpath(os.path.join(base, os.path.expanduser(value)))

@@ -1,5 +1,6 @@
 """The runs' memory in the state file: points and tallies round-trip, retention thins and ends them, a renamed run
-starts afresh, a restarted bot remembers, and a state file that cannot be written leaves the memory in RAM."""
+starts afresh, a restarted bot remembers, and a state file that cannot be written leaves the memory in RAM.
+Each test that takes `state_db` runs on both engines, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from bot.core.verdict import Level, Phase, Verdict
 from bot.service.history import History
 from bot.service.state_file import StateFile
 from bot.service.store import PHASES, Store
+from tests.postgres import open_store
 
 T0 = 1_800_000_000.0
 H = 3600.0
@@ -23,8 +25,8 @@ def point(t: float, step: int | None = None, **kw) -> Point:
     return Point(t, kw.pop("phase", Phase.TRAINING), kw.pop("level", 0), step, **kw)
 
 
-def test_every_field_of_a_point_round_trips(tmp_path):
-    store = Store(tmp_path / "s.db")
+def test_every_field_of_a_point_round_trips(state_db):
+    store = open_store(state_db)
     points = [
         point(T0, 10, total=100, loss=2.5, rate=14_200.0, unit="tok/s", segment=2,
               gpus=(RoleLoad("target", 0.8, 70.5), RoleLoad("drafter", 1.0, None))),
@@ -35,7 +37,8 @@ def test_every_field_of_a_point_round_trips(tmp_path):
     assert store.points("a", T0) == points
     assert store.recent(T0) == {"a": points}
     # Units and role names are stored once each, not in every row.
-    assert sorted(w for (w,) in store._db.execute("SELECT word FROM words")) == ["GPUs", "drafter", "it/s", "target", "tok/s"]
+    with store._session() as db:
+        assert sorted(r["word"] for r in db.execute("SELECT word FROM words")) == ["GPUs", "drafter", "it/s", "target", "tok/s"]
 
 
 def test_phases_are_stored_by_a_place_that_never_moves():
@@ -43,15 +46,15 @@ def test_phases_are_stored_by_a_place_that_never_moves():
     assert PHASES[:5] == tuple(Phase)[:5] and len(PHASES) == len(Phase)
 
 
-def test_the_same_second_twice_keeps_the_later_point(tmp_path):
-    store = Store(tmp_path / "s.db")
+def test_the_same_second_twice_keeps_the_later_point(state_db):
+    store = open_store(state_db)
     store.apply([], [("a", point(T0, 1))])
     store.apply([], [("a", point(T0 + 0.4, 2))])
     assert [p.step for p in store.points("a", T0 - 1)] == [2]
 
 
-def test_retention_keeps_a_day_whole_then_one_a_bucket_then_nothing(tmp_path):
-    store = Store(tmp_path / "s.db")
+def test_retention_keeps_a_day_whole_then_one_a_bucket_then_nothing(state_db):
+    store = open_store(state_db)
     now = T0 + 40 * 86400
     minutes = [now - m * 60 for m in range(0, 40 * 1440, 1)]  # a point a minute for 40 days
     store.apply([], [("a", point(t, int(t - T0))) for t in reversed(minutes)])
@@ -69,8 +72,8 @@ def test_retention_keeps_a_day_whole_then_one_a_bucket_then_nothing(tmp_path):
     assert store.prune(now, full=86400, every=600, keep=30 * 86400) == 0  # idempotent
 
 
-def test_a_restart_within_a_bucket_keeps_both_segments(tmp_path):
-    store = Store(tmp_path / "s.db")
+def test_a_restart_within_a_bucket_keeps_both_segments(state_db):
+    store = open_store(state_db)
     now = T0 + 3 * 86400
     old = now - 2 * 86400
     store.apply([], [("a", point(old, 900, segment=0)), ("a", point(old + 60, 3, segment=1))])
@@ -78,16 +81,16 @@ def test_a_restart_within_a_bucket_keeps_both_segments(tmp_path):
     assert [(p.segment, p.step) for p in store.points("a", 0)] == [(0, 900), (1, 3)]
 
 
-def test_a_run_gone_from_the_config_is_forgotten_with_its_tally(tmp_path):
-    store = Store(tmp_path / "s.db")
+def test_a_run_gone_from_the_config_is_forgotten_with_its_tally(state_db):
+    store = open_store(state_db)
     t = Tally(0, T0, T0 + 60, 1, 5, 2.0, 1.9, 28_400.0, 2, "tok/s")
     store.apply([], [("old-name", point(T0, 5)), ("kept", point(T0, 7))], [("old-name", t), ("kept", t)])
     assert store.forget(["kept"]) == 1
     assert store.recent(0) == {"kept": [point(T0, 7)]} and store.tallies() == {"kept": t}
 
 
-def test_a_tally_round_trips(tmp_path):
-    store = Store(tmp_path / "s.db")
+def test_a_tally_round_trips(state_db):
+    store = open_store(state_db)
     t = Tally(3, T0, T0 + 7200, 100, 1200, 2.31, 2.10, 14_200.0 * 40, 40, "tok/s")
     store.apply([], [], [("a", t)])
     assert store.tallies() == {"a": t}
@@ -110,9 +113,9 @@ def verdict(step: int) -> Verdict:
     return Verdict(run="a", phase=Phase.TRAINING, level=Level.OK, headline="", step=s, recent=(s,))
 
 
-async def test_a_restarted_bot_remembers_and_a_renamed_run_does_not(tmp_path):
+async def test_a_restarted_bot_remembers_and_a_renamed_run_does_not(state_db):
     clock = [T0]
-    state = StateFile.open(tmp_path / "state.db")
+    state = StateFile.open(state_db)
     history = History(state, clock=lambda: clock[0], runs=["a", "b"])
     for i in range(1, 4):
         clock[0] += 60
@@ -120,7 +123,7 @@ async def test_a_restarted_bot_remembers_and_a_renamed_run_does_not(tmp_path):
         history.record("b", verdict(i))
     assert await state.flush()
     state.close()
-    state = StateFile.open(tmp_path / "state.db")
+    state = StateFile.open(state_db)
     again = History(state, clock=lambda: clock[0], runs=["a"])  # b was renamed in the config
     assert [p.step for p in again.recent("a")] == [1, 2, 3] and again.recent("b") == ()
     assert again.tally("a").first_step == 1 and again.tally("b") is None
@@ -151,19 +154,19 @@ async def test_without_a_writable_file_the_memory_stays_in_ram(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 1e300])
-def test_non_finite_numbers_never_reach_the_file(tmp_path, bad):
+def test_non_finite_numbers_never_reach_the_file(state_db, bad):
     from bot.core.history import observe
 
     s = Step("step=1", step=1, loss=bad, rate=bad, rate_unit="it/s")
     v = Verdict(run="a", phase=Phase.TRAINING, level=Level.OK, headline="", step=s, recent=(s,))
     [p] = observe(v, T0, None)
-    store = Store(tmp_path / "s.db")
+    store = open_store(state_db)
     store.apply([], [("a", p)])
     [back] = store.points("a", 0)
     assert back.loss is None and back.rate is None and back.step == 1
 
 
-def test_a_step_past_any_counter_never_reaches_the_file(tmp_path):
+def test_a_step_past_any_counter_never_reaches_the_file(state_db):
     # A log's "step=99999999999999999999" used to end every write of the state file in an OverflowError (SQLite's
     # integers stop at 2**63): every run's points and the sweep's decisions went unwritten, with a traceback each time.
     from bot.core.history import observe
@@ -172,6 +175,6 @@ def test_a_step_past_any_counter_never_reaches_the_file(tmp_path):
     s = Step(f"step={huge}", step=huge, total=huge + 1, loss=2.0)
     [p] = observe(Verdict(run="a", phase=Phase.TRAINING, level=Level.OK, headline="", step=s, recent=(s,)), T0, None)
     assert (p.step, p.total, p.loss) == (None, None, 2.0)
-    store = Store(tmp_path / "s.db")
+    store = open_store(state_db)
     store.apply([], [("a", p)])
     assert store.points("a", 0) == [p]

@@ -452,6 +452,13 @@ def test_state_db_relative_to_config_file_and_env_override(tmp_path: Path) -> No
     assert parse("", env_state_db="rel.db").bot.state_db == os.path.abspath("rel.db")
 
 
+def test_a_postgresql_state_db_is_kept_as_written() -> None:
+    # A URL is no path: resolved against the config's folder it would read "config/postgresql:/db.example/runbot".
+    url = "postgresql://runbot@db.example:5432/runbot"
+    assert parse(f'[bot]\nstate_db = "{url}"\n').bot.state_db == url
+    assert parse("", env_state_db="postgres://u@h/db").bot.state_db == "postgres://u@h/db"
+
+
 def test_load_registry_reads_the_file(tmp_path: Path) -> None:
     path = tmp_path / "runs.toml"
     path.write_text('[runs.x]\nhost = "local"\nlog = "train.log"\n', encoding="utf-8")

@@ -1,4 +1,5 @@
-"""The watchdog's memory: the ledger's outbox rules, and the state file that keeps it across restarts."""
+"""The watchdog's memory: the ledger's outbox rules, and the state file that keeps it across restarts (a test taking
+`state_db` runs on both engines: an SQLite file and a PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def ledger():
     return Ledger()
 
 
-async def test_a_state_survives_a_restart(tmp_path):
-    path = tmp_path / "state.sqlite3"
+async def test_a_state_survives_a_restart(state_db):
+    path = state_db
     first = StateFile.open(path)
     first.ledger.commit("dflash", STATE)
     assert await first.flush()
@@ -104,8 +105,8 @@ def test_the_last_ts_of_a_thread_is_exact():
     assert ledger.last_ts("a", 3) == "1796118161.000002"
 
 
-async def test_every_row_round_trips_through_the_file(tmp_path):
-    path = tmp_path / "s.sqlite3"
+async def test_every_row_round_trips_through_the_file(state_db):
+    path = state_db
     sf = StateFile.open(path)
     led = sf.ledger
     led.commit("a", STATE, [Outgoing("post", {"text": "p", "blocks": [{"type": "x"}]}, "C1"),

@@ -23,7 +23,9 @@ from typing import TypeVar
 from bot.core.history import Point, Tally
 from bot.core.learned import Learned
 from bot.core.ledger import Ledger
+from config.state_where import is_server, redacted
 from bot.service.store import NotReadable, Store, StoreError
+
 
 log = logging.getLogger("runbot.state")
 
@@ -60,9 +62,17 @@ class StateFile:
     """The ledger and its SQLite mirror. Reads and mutations go to `ledger` (memory, no waiting);
     `await flush()` writes what changed. Use `StateFile.open(path)`."""
 
-    def __init__(self, path: str | os.PathLike[str], store: Store | None, ledger: Ledger, *,
-                 deadline: float = DISK_DEADLINE_S, on_note: Callable[[str], None] | None = None) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike[str] | None, store: Store | None, ledger: Ledger, *,
+                 deadline: float = DISK_DEADLINE_S, on_note: Callable[[str], None] | None = None,
+                 server: str | None = None) -> None:
+        # An SQLite file (`path`), or a database server (`server`, a postgresql:// URL): the file's own checks
+        # (its header, its inode, moving it aside) have no server counterpart, the rest is the same.
+        self.path = Path(path) if path is not None else None
+        self.server = server
+        self.where = str(self.path) if self.path is not None else store.path if store is not None else "?"
+        self.kind = "state file" if self.path is not None else "state database"
+        self.label = f"{self.kind} {self.where}"
+        self._errors: tuple[type[BaseException], ...] = store.errors if store is not None else Store.errors
         self.ledger = ledger
         self.deadline = deadline
         self.on_note = on_note or (lambda text: None)
@@ -70,7 +80,7 @@ class StateFile:
         self._notes: list[str] = []  # said at start (a corrupt file moved aside, an unwritable one), for the watchdog
         self.unreadable: Counter[str] = Counter()  # rows per table that could not be read at start, and were skipped
         self._store = store
-        self._identity = _identity(self.path)
+        self._identity = _identity(self.path) if self.path is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runbot-state")
         self._busy: asyncio.Future | None = None  # the write in the worker thread, if any
         self._turn: asyncio.Lock | None = None  # one flush at a time: each returns True only once its changes are written
@@ -96,6 +106,8 @@ class StateFile:
         an empty memory (as Alertmanager does); one it cannot write (a read-only disk, an unwritable folder)
         is read as it is and runbot starts from that, in memory; rows it cannot read are skipped and counted.
         Each is said in `notes`."""
+        if is_server(str(path)):
+            return cls._open_server(str(path), **kw)
         path = Path(path)
         notes = []
         try:
@@ -129,6 +141,25 @@ class StateFile:
             return cls._unwritable(path, str(exc), notes, **kw)
         state_file = cls(path, store, ledger, **kw)
         state_file._notes = notes
+        state_file._count(store)
+        return state_file
+
+    @classmethod
+    def _open_server(cls, url: str, **kw) -> StateFile:
+        """Connect and load. A server that cannot be reached at start is refused, unlike a file that cannot be
+        written: the file can still be read, and what runbot rewrites is what it read, where a bot started
+        without the database's memory would write its empty memory over the incidents the database holds.
+        The service manager's restart is the retry (docs/decisions.md)."""
+        from bot.service.store_pg import PgStore  # noqa: PLC0415  (psycopg only where a server is named)
+
+        try:
+            store = PgStore(url)
+            ledger = store.load()
+        except StoreError as exc:
+            raise StateFileError(str(exc)) from None
+        except PgStore.errors as exc:
+            raise StateFileError(f"state database {redacted(url)} cannot be used: {exc}".strip()) from None
+        state_file = cls(None, store, ledger, server=url, **kw)
         state_file._count(store)
         return state_file
 
@@ -171,7 +202,7 @@ class StateFile:
         """What the watchdog says once at start: a corrupt file moved aside, a file it cannot write, rows it cannot read."""
         if not self.unreadable:
             return list(self._notes)
-        return [*self._notes, f"runbot's state file {self.path} holds {unreadable_words(self.unreadable)} it cannot read "
+        return [*self._notes, f"runbot's {self.label} holds {unreadable_words(self.unreadable)} it cannot read "
                               "(values runbot never writes: edited by hand, or by another program?); they were skipped "
                               "and the rest loaded. An incident among them may be posted again"]
 
@@ -184,12 +215,12 @@ class StateFile:
         if runs is not None and self.fault is None:
             try:
                 store.forget(runs)  # a run renamed in the config starts afresh: no stale memory under the old name
-            except sqlite3.Error as exc:  # a write: the disk may refuse it, which the next flush will say
-                log.warning("state file %s: could not forget the runs no longer configured: %s", self.path, exc)
+            except self._errors as exc:  # a write: the disk may refuse it, which the next flush will say
+                log.warning("%s: could not forget the runs no longer configured: %s", self.label, exc)
         try:
             return Memory(store.recent(since), store.tallies(), store.formats())
-        except (sqlite3.Error, OSError) as exc:
-            log.error("state file %s: the runs' memory cannot be read (%s); it starts empty", self.path, exc)
+        except self._errors as exc:
+            log.error("%s: the runs' memory cannot be read (%s); it starts empty", self.label, exc)
             return Memory()
         finally:
             self._count(store)
@@ -199,7 +230,7 @@ class StateFile:
         new, store.skipped = +store.skipped, Counter()
         if new:
             self.unreadable.update(new)
-            log.warning("state file %s: skipped %s it could not read", self.path, unreadable_words(new))
+            log.warning("%s: skipped %s it could not read", self.label, unreadable_words(new))
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -232,13 +263,8 @@ class StateFile:
         if decisions_only and not self.ledger.changed and not self._rewrite and self.fault is None:
             return True
         changes = self.ledger.take_changes()
-        if time.monotonic() - self._header_checked >= HEADER_CHECK_EVERY_S:
-            self._header_checked = time.monotonic()
-            if self.path.exists() and not _looks_like_sqlite(self.path):
-                self._fail(f"{self.path} is no longer an SQLite file (overwritten or damaged)", corrupt=True)
-        if not self._lost and _identity(self.path) != self._identity:
-            self._lost, self._rewrite = True, True
-            log.error("state file %s was deleted or replaced while runbot was running; rewriting it from memory", self.path)
+        if self.path is not None:
+            self._check_file(self.path)
         points: list[tuple[str, Point]] = []
         tallies: dict[str, Tally] = {}
         formats: dict[str, Learned] = {}
@@ -257,14 +283,24 @@ class StateFile:
             await asyncio.wait_for(asyncio.shield(self._busy), self.deadline)
         except asyncio.TimeoutError:
             self._requeue(points, tallies, formats)
-            self._fail(f"a write to {self.path} took longer than {self.deadline:g} s")
+            self._fail(f"a write to {self.where} took longer than {self.deadline:g} s")
             return False
-        except (sqlite3.Error, OSError, ValueError, OverflowError) as exc:  # Overflow: a number past SQLite's integers
+        except (*self._errors, ValueError, OverflowError) as exc:  # Overflow: a number past SQLite's integers
             self._requeue(points, tallies, formats)
-            self._fail(f"{self.path}: {exc}", corrupt=_corrupt(exc))
+            self._fail(f"{self.where}: {str(exc).strip()}", corrupt=_corrupt(exc))
             return False
         self._recovered()
         return True
+
+    def _check_file(self, path: Path) -> None:
+        """What only a file can suffer: overwritten by something else, deleted or replaced under the bot."""
+        if time.monotonic() - self._header_checked >= HEADER_CHECK_EVERY_S:
+            self._header_checked = time.monotonic()
+            if path.exists() and not _looks_like_sqlite(path):
+                self._fail(f"{path} is no longer an SQLite file (overwritten or damaged)", corrupt=True)
+        if not self._lost and _identity(path) != self._identity:
+            self._lost, self._rewrite = True, True
+            log.error("state file %s was deleted or replaced while runbot was running; rewriting it from memory", path)
 
     # --- the runs' memory ----------------------------------------------------------------------
 
@@ -295,7 +331,7 @@ class StateFile:
         store = self._store
         try:
             return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._pool, query, store), self.deadline)
-        except (asyncio.TimeoutError, sqlite3.Error, OSError, ValueError):
+        except (asyncio.TimeoutError, *self._errors, ValueError):
             return None
 
     def _prune_due(self) -> bool:
@@ -311,8 +347,8 @@ class StateFile:
 
     def _recovered(self) -> None:
         if self.fault is not None:
-            log.warning("state file %s is written again (the fault was: %s)", self.path, self.fault)
-            self.on_note(f"runbot's state file {self.path} is written again; alerts are durable again")
+            log.warning("%s is written again (the fault was: %s)", self.label, self.fault)
+            self.on_note(f"runbot's {self.label} is written again; alerts are durable again")
         elif self._lost:
             self.on_note(f"runbot's state file {self.path} was deleted or replaced while runbot was running; "
                          f"what runbot remembers ({len(self.ledger.states)} runs, their incidents and threads) "
@@ -322,6 +358,13 @@ class StateFile:
     def _write_all(self, snapshot: Ledger) -> None:
         """In the worker thread: (re)open the file if it is gone, replaced, damaged or was not writable, then write
         it whole."""
+        if self.path is None:  # a server: its pool replaces a dropped connection itself
+            if self._store is None:
+                from bot.service.store_pg import PgStore  # noqa: PLC0415
+
+                self._store = PgStore(self.server)  # type: ignore[arg-type]
+            self._store.dump(snapshot)
+            return
         if self._corrupt and self._store is not None:
             self._store.close()
             self._store = None
@@ -339,7 +382,7 @@ class StateFile:
         self._corrupt = self._corrupt or corrupt
         if self.fault is None:
             log.error("state file failing: %s — alerts go on from memory; runbot retries every sweep", fault)
-            self.on_note(f"runbot's state file is failing ({fault}); alerts go on from memory, but a restart now "
+            self.on_note(f"runbot's {self.kind} is failing ({fault}); alerts go on from memory, but a restart now "
                          f"would forget open incidents. {RETRIES}")
         self.fault = fault
 
@@ -404,3 +447,4 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+

@@ -127,6 +127,18 @@ def columns() -> dict[str, tuple[str, ...]]:
         db.close()
 
 
+@functools.cache
+def primary_keys() -> dict[str, tuple[str, ...]]:
+    """Each table's primary key, as the schema above declares it (what an upsert on another engine names)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(_SCHEMA)
+        return {t: tuple(r[1] for r in sorted(db.execute(f"PRAGMA table_info({t})"), key=lambda r: r[5]) if r[5])
+                for t in columns()}
+    finally:
+        db.close()
+
+
 def _insert(table: str) -> str:
     names = columns()[table]
     return f"INSERT OR REPLACE INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
@@ -136,7 +148,16 @@ class Store:
     """One SQLite connection, used from one thread at a time (the state file's worker thread).
 
     `skipped` counts the rows each table held that could not be read (bot.core.state_rows): they are left
-    out of what is loaded, and left in the file (a later write of the same key replaces them)."""
+    out of what is loaded, and left in the file (a later write of the same key replaces them).
+
+    Another engine (bot.service.store_pg) subclasses it: the queries are shared, the dialect's few words
+    (`upsert`, `add_names`, transactions, the schema's version) are its own."""
+
+    engine = "sqlite"
+    # What a failing store raises: the state file keeps the ledger in memory and retries on these.
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
+    upsert = staticmethod(_insert)  # a row replacing the one of its key
+    add_names = "INSERT OR IGNORE INTO {table} ({column}) VALUES (?)"
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = str(path)
@@ -167,6 +188,11 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[sqlite3.Connection]:
+        """The connection reads go through (one here; a pooled one on a server)."""
+        yield self._db
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -265,12 +291,12 @@ class Store:
         return out
 
     def load(self) -> Ledger:
-        db = self._db
-        states = dict(self._read("runs", db.execute("SELECT run, state FROM runs"),
-                                 lambda r: (rows.text(r["run"]), rows.state(r["state"]))))
-        incidents = {(i.run, i.seq): i for i in self._read("incidents", db.execute("SELECT * FROM incidents"), rows.incident)}
-        messages = {m.id: m for m in self._read("outbox", db.execute("SELECT * FROM outbox ORDER BY id"), rows.message)}
-        watches = {w.run: w for w in self._read("watches", db.execute("SELECT * FROM watches"), rows.watch)}
+        with self._session() as db:
+            states = dict(self._read("runs", db.execute("SELECT run, state FROM runs"),
+                                     lambda r: (rows.text(r["run"]), rows.state(r["state"]))))
+            incidents = {(i.run, i.seq): i for i in self._read("incidents", db.execute("SELECT * FROM incidents"), rows.incident)}
+            messages = {m.id: m for m in self._read("outbox", db.execute("SELECT * FROM outbox ORDER BY id"), rows.message)}
+            watches = {w.run: w for w in self._read("watches", db.execute("SELECT * FROM watches"), rows.watch)}
         return Ledger(states, incidents, messages, watches)
 
     def apply(self, changes: Iterable[Change], points: Iterable[tuple[str, Point]] = (),
@@ -279,58 +305,62 @@ class Store:
         points, tallies, formats = list(points), list(tallies), list(formats)
         with self._tx() as db:
             for change in changes:
-                _write(db, change)
+                _write(db, change, self.upsert)
             if formats:
                 ids = self._ids(db, "point_runs", "run", {run for run, _ in formats})
-                db.executemany(_insert("formats"), [(ids[run], json.dumps(to_record(f))) for run, f in formats])
+                db.executemany(self.upsert("formats"), [(ids[run], json.dumps(to_record(f))) for run, f in formats])
             if points or tallies:
                 ids = self._ids(db, "point_runs", "run", {run for run, _ in points} | {run for run, _ in tallies})
                 words = self._ids(db, "words", "word", {p.unit for _, p in points if p.unit is not None}
                                   | {g.role for _, p in points for g in p.gpus})
-                db.executemany(_insert("points"), [_point_row(ids[run], p, words) for run, p in points])
-                db.executemany(_insert("tallies"), [(ids[run], *(getattr(t, f) for f in _TALLY_FIELDS)) for run, t in tallies])
+                db.executemany(self.upsert("points"), [_point_row(ids[run], p, words) for run, p in points])
+                db.executemany(self.upsert("tallies"), [(ids[run], *(getattr(t, f) for f in _TALLY_FIELDS)) for run, t in tallies])
 
-    @staticmethod
-    def _ids(db: sqlite3.Connection, table: str, column: str, names: set[str]) -> dict[str, int]:
+    def _ids(self, db: sqlite3.Connection, table: str, column: str, names: set[str]) -> dict[str, int]:
         """The ids of names in a table of names (point_runs, words), adding the new ones."""
         if not names:
             return {}
-        db.executemany(f"INSERT OR IGNORE INTO {table} ({column}) VALUES (?)", [(n,) for n in names])
+        db.executemany(self.add_names.format(table=table, column=column), [(n,) for n in sorted(names)])
         marks = ",".join("?" * len(names))
-        return {r[1]: r[0] for r in db.execute(f"SELECT id, {column} FROM {table} WHERE {column} IN ({marks})", list(names))}
+        found = db.execute(f"SELECT id, {column} FROM {table} WHERE {column} IN ({marks})", list(names))
+        return {r[column]: r["id"] for r in found}
 
-    def _words(self) -> dict[int, str]:
+    def _words(self, db: sqlite3.Connection) -> dict[int, str]:
         """Units and role names by id; one that is not text is left out (its points read it as unknown)."""
-        return dict(self._read("words", self._db.execute("SELECT id, word FROM words"),
+        return dict(self._read("words", db.execute("SELECT id, word FROM words"),
                                lambda r: (rows.whole(r["id"], 0, rows.MAX_ID), rows.text(r["word"]))))
 
     # --- the runs' memory -------------------------------------------------------------------------
 
     def points(self, run: str, since: float, until: float | None = None) -> list[Point]:
-        found = self._db.execute("SELECT p.* FROM points p JOIN point_runs r ON r.id = p.run WHERE r.run = ? AND p.t >= ? "
-                                 "AND p.t <= ? ORDER BY p.t", (run, int(since), until if until is not None else 1 << 62))
-        words = self._words()
-        return self._read("points", found, lambda r: rows.point(r, words))
+        with self._session() as db:
+            found = db.execute("SELECT p.* FROM points p JOIN point_runs r ON r.id = p.run WHERE r.run = ? AND p.t >= ? "
+                               "AND p.t <= ? ORDER BY p.t", (run, int(since), int(until) if until is not None else 1 << 62))
+            words = self._words(db)
+            return self._read("points", found, lambda r: rows.point(r, words))
 
     def recent(self, since: float) -> dict[str, list[Point]]:
         """Every run's points since `since` (what the bot reloads at start)."""
         out: dict[str, list[Point]] = {}
-        words = self._words()
-        found = self._db.execute("SELECT r.run AS name, p.* FROM points p JOIN point_runs r ON r.id = p.run "
-                                 "WHERE p.t >= ? ORDER BY r.run, p.t", (int(since),))
-        for name, p in self._read("points", found, lambda r: (rows.text(r["name"]), rows.point(r, words))):
-            out.setdefault(name, []).append(p)
+        with self._session() as db:
+            words = self._words(db)
+            found = db.execute("SELECT r.run AS name, p.* FROM points p JOIN point_runs r ON r.id = p.run "
+                               "WHERE p.t >= ? ORDER BY r.run, p.t", (int(since),))
+            for name, p in self._read("points", found, lambda r: (rows.text(r["name"]), rows.point(r, words))):
+                out.setdefault(name, []).append(p)
         return out
 
     def formats(self) -> dict[str, Learned]:
         """Each run's learned format (what the bot reloads at start: a restart does not forget a run's format)."""
-        found = self._db.execute("SELECT r.run AS name, f.learned FROM formats f JOIN point_runs r ON r.id = f.run")
-        return dict(self._read("formats", found, lambda r: (rows.text(r["name"]), rows.learned(r["learned"]))))
+        with self._session() as db:
+            found = db.execute("SELECT r.run AS name, f.learned FROM formats f JOIN point_runs r ON r.id = f.run")
+            return dict(self._read("formats", found, lambda r: (rows.text(r["name"]), rows.learned(r["learned"]))))
 
     def tallies(self) -> dict[str, Tally]:
         """Each run's current segment in a few numbers (what the bot reloads at start for end-of-run summaries)."""
-        found = self._db.execute("SELECT r.run AS name, t.* FROM tallies t JOIN point_runs r ON r.id = t.run")
-        return dict(self._read("tallies", found, lambda r: (rows.text(r["name"]), rows.tally(r))))
+        with self._session() as db:
+            found = db.execute("SELECT r.run AS name, t.* FROM tallies t JOIN point_runs r ON r.id = t.run")
+            return dict(self._read("tallies", found, lambda r: (rows.text(r["name"]), rows.tally(r))))
 
     def prune(self, now: float, full: float, every: float, keep: float) -> int:
         """Retention: every point of the last `full` seconds, then the last one of each `every` bucket, nothing
@@ -357,37 +387,36 @@ class Store:
             db.execute(f"DELETE FROM point_runs WHERE run NOT IN ({marks})", names)
             return gone
 
-
     def dump(self, ledger: Ledger) -> None:
         """Make the file hold exactly what the ledger holds (after the file was lost or replaced)."""
         with self._tx() as db:
             for table in ("runs", "incidents", "outbox", "watches"):
                 db.execute(f"DELETE FROM {table}")
             for run, state in ledger.states.items():
-                _write(db, PutState(run, state))
+                _write(db, PutState(run, state), self.upsert)
             for incident in ledger.incidents.values():
-                _write(db, PutIncident(incident))
+                _write(db, PutIncident(incident), self.upsert)
             for message in ledger.messages.values():
-                _write(db, PutMessage(message))
+                _write(db, PutMessage(message), self.upsert)
             for watch in ledger.watch_rows.values():
-                _write(db, PutWatch(watch))
+                _write(db, PutWatch(watch), self.upsert)
 
 
-def _write(db: sqlite3.Connection, change: Change) -> None:
+def _write(db: sqlite3.Connection, change: Change, upsert: Callable[[str], str]) -> None:
     match change:
         case PutState(run, state):
-            db.execute(_insert("runs"), (run, _state_json(state)))
+            db.execute(upsert("runs"), (run, _state_json(state)))
         case PutIncident(i):
-            db.execute(_insert("incidents"), (i.run, i.seq, i.channel, i.parent_ts, i.opened_at,
+            db.execute(upsert("incidents"), (i.run, i.seq, i.channel, i.parent_ts, i.opened_at,
                                               i.concern.key if i.concern is not None else None, i.closed_at, i.digest))
         case PutMessage(m):
-            db.execute(_insert("outbox"),
+            db.execute(upsert("outbox"),
                        (m.id, m.key, m.run, m.seq, m.op, json.dumps(m.payload), m.created_at, m.attempts, m.tried_at,
                         m.last_error, m.sent_at, m.ts, m.priority, m.note))
         case DropMessages(ids):
             db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
         case PutWatch(w):
-            db.execute(_insert("watches"), (w.run, w.channel, w.ts, w.started_at, w.user))
+            db.execute(upsert("watches"), (w.run, w.channel, w.ts, w.started_at, w.user))
         case DropWatch(run):
             db.execute("DELETE FROM watches WHERE run = ?", (run,))
         case _:
