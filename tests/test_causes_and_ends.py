@@ -158,6 +158,10 @@ END_LINES = [
     '{"event": "done", "steps": 150, "elapsed": 20.2}',
     # round 10's: MLatom's
     " FINAL ML MODEL CREATED AND SAVED",
+    # round 11's: skorch's EarlyStopping, Ray Tune's status once every trial ended, OCP's early stop
+    "Stopping since valid_loss has not improved in the last 3 epochs.",
+    "Number of trials: 2/2 (2 TERMINATED)",
+    "2023-11-16 08:13:15 (INFO): Early stopping due to low learning rate",
 ]
 
 

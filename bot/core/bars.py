@@ -98,7 +98,8 @@ class Bar:
 
     @property
     def finished(self) -> bool:
-        return self.total is not None and self.n is not None and self.n >= self.total
+        # At its total, or drawn at 100 %: tqdm rounds 298/299.0 up, a float total the last item never reached.
+        return self.total is not None and self.n is not None and (self.n >= self.total or (self.pct or 0) >= 100)
 
     @property
     def epoch(self) -> int | None:

@@ -15,7 +15,9 @@ from bot.core.redact import redact_secrets, strip_ansi
 _HEADER = "Traceback (most recent call last)"
 # IPython/Jupyter's header names the exception first (`KeyboardInterrupt      Traceback (most recent call last)`),
 # its frames are `----> 12 call` arrows under unindented `file.py in func(...)` lines.
-_IPYTHON_HEADER = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[ \t]{2,}Traceback \(most recent call last\)")
+# A copy that lost its spacing glues the two: `NanLossDuringTrainingErrorTraceback (most recent call last)`.
+_IPYTHON_HEADER = re.compile(r"^(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:[ \t]{2,}|(?<=Error)|(?<=Exception)|(?<=Interrupt))"
+                             r"Traceback \(most recent call last\)")
 # Markdown emphasis a paste wraps an exception line in (`**RuntimeError: CUDA out of memory.** Tried …`).
 _EMPHASIS = re.compile(r"^\*{1,2}(?=[A-Za-z_])|(?<=\S)\*{1,2}(?=\s|$)|^`+|`+$")
 # An exception line; a wrapper names the exception it carries (Ray's `ray.exceptions.RayTaskError(RuntimeError): …`,
@@ -63,6 +65,9 @@ _OWN_SIGNAL = re.compile(r"(?i)\b(?:received|caught|got|handling)[ \t]+(?:signal
 _PROCESS_SIGNAL = re.compile(r"^[ \t]*(?:\[[\w.-]+:\d+\][ \t]*)?Signal: ([A-Z][\w ]+?) \((\d+)\)[ \t]*$")
 # An out-of-memory said as a line, not an exception: darknet's `CUDA Error: out of memory`.
 _OOM_LINE = re.compile(r"(?i)^CUDA (?:status )?Error: out of memory\b")
+# A C++ program's fatal report, capitalised as a sentence (Marian's `Error: CUDA error 2 'out of memory' - …`),
+# not a logger's level (`ERROR:`): like every crash it counts after the loop's last move.
+_C_ERROR = re.compile(r"^Error: (\S.{3,})$")
 # Hydra's report of a job that failed (the error follows on the next line): `Error executing job with overrides: []`.
 _HYDRA = re.compile(r"^Error executing job with overrides:")
 # Not Lightning's `[rank: 0] Received SIGTERM: 15`: NeMo under SLURM prints it at start-up and trains on.
@@ -87,7 +92,9 @@ _CNTK_EXCEPTION = re.compile(r"^EXCEPTION occurred: (.+)")
 _STATED = re.compile(r"^Exception in (?!thread\b)[A-Za-z][\w ]{0,40}: (.+)$")
 # The process's exit as whatever ran it reports it: PyCharm's run console (`Process finished with exit code
 # -1073741819 (0xC0000005)`), LSF's job report (`Exited with exit code 1.`).
-_EXIT_LINE = re.compile(r"^(?:Process finished|Exited) with exit code (-?\d+)\b")
+# A runner's report of its child's exit (PyCharm's `Process finished with exit code 1`, NVFlare's `process finished
+# with execution code: -9`).
+_EXIT_LINE = re.compile(r"(?i)^(?:(?:the )?(?:child )?process (?:finished|exited|ended)|exited) with (?:exit|execution|return) code:?[ \t]*(-?\d+)\b")
 _DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
 _DS_RANK = re.compile(r"--local_rank=(\d+)")
 _FIELD = re.compile(r"^[ \t]*(rank|exitcode|local_rank)[ \t]*:[ \t]*(-?\d{1,9})\b")
@@ -309,7 +316,8 @@ def _building(builds: Sequence[tuple[int, str]], at: int) -> str | None:
     return next((name for i, name in reversed(builds) if i < at and at - i <= 400), None)
 
 
-_BOLD_LINE = re.compile(r"^\*{1,2}(\w[^*]*?)\*{1,2}[ \t]*$")
+# A paste's emphasis around a line, or opened on an earlier line and closed on this one (`**Training …` … `Killed**`).
+_BOLD_LINE = re.compile(r"^\*{0,2}(\w[^*]*?)\*{1,2}[ \t]*$")
 _SIGNAL_KINDS = {11: Kind.SEGFAULT, 9: Kind.KILLED, 6: Kind.FATAL, 7: Kind.FATAL, 8: Kind.FATAL, 4: Kind.FATAL}
 
 
@@ -347,6 +355,8 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         return Crash(_exc_kind("", m[1]), None, _trim(m[1]), rank=rank, line_index=i)
     if _OOM_LINE.search(text):
         return Crash(Kind.OOM, None, _trim(text), rank=rank, line_index=i)
+    if m := _C_ERROR.match(message(text)):
+        return Crash(Kind.OOM if "out of memory" in m[1].lower() else Kind.FATAL, None, _trim(m[1]), rank=rank, line_index=i)
     if _HYDRA.search(text):
         said = next((t.strip() for t in following[:3] if t.strip()), "")
         return Crash(Kind.TRACEBACK, None, _trim(said or text), rank=rank, line_index=i)
@@ -396,7 +406,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     if m := _AGENT.search(text):
         code, local = int(m[1]), int(m[2])
         return _child_failed(following[:40], i, local, code)
-    if m := _EXIT_LINE.match(text):
+    if m := _EXIT_LINE.match(message(text)):
         code = int(m[1])
         return None if code == 0 else Crash(Kind.CHILD_FAILED, "launcher", "the process", rank=rank, exit_code=code,
                                             signal_hint=_signal_hint(code), line_index=i)
@@ -507,7 +517,7 @@ _CRASH_WORDS = ("traceback (most recent call last)", "watchdog caught", "watchdo
                 "exitcode", "return code", "signal", "hangup", "terminated", "floating point", "bus error", "aborted",
                 "illegal instruction", "assertion", "cancelled", "keyboardinterrupt", "calledprocesserror",
                 "term_", "check failed", "check failure stack trace",
-                "training early", ": error: ", "^c", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
+                "training early", ": error: ", "\nerror: ", "] error: ", "execution code", "^c", "uncaught exception", "exception in thread", "exit code", "exception occurred", "已杀死", " abort ", "received at time", "error executing job",
                 # a traceback's frame: a long traceback's header falls before the window, its frames and
                 # exception line (`ValueError: …`, no crash word of its own) do not
                 'file "')

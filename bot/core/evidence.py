@@ -201,13 +201,20 @@ def parse_processes(text: str) -> tuple[Process, ...]:
     return tuple(found)
 
 
+def _drawn_below(raw: str) -> bool:
+    """Is the line's last frame drawn below another bar (tqdm's ESC[A after it)? Only that frame says: an earlier
+    one of the same line may have been (Tianshou redraws its epoch bar in place after drawing it one row down)."""
+    last = next((f for f in reversed(raw[-4000:].split("\r")) if f.strip()), "")
+    return bool(_NESTED.search(last[-400:]))
+
+
 def _bars(raw_lines: Sequence[str], lines: Sequence[str]) -> tuple[BarLine, ...]:
     out = []
     for i, shown in enumerate(lines):
         if "|" not in shown and "[" not in shown and "━" not in shown:
             continue
         own = split_rank_prefix(shown)[1]
-        found = frames(own, nested=bool(_NESTED.search(raw_lines[i][-400:])))
+        found = frames(own, nested=_drawn_below(raw_lines[i]))
         if found:
             after = own[found[-1].end:].strip()
             out.append(BarLine(i, found[-1], after if _GLUED.search(after) and not _ASIDE.fullmatch(after) else ""))
@@ -599,9 +606,9 @@ def read_log_text(sections: Sections, log: LogFile, custom=None, learned: Learne
     truncated = bool(log.size and log.size > len(sections.get("window") or b""))
     if truncated:
         # The window starts somewhere in a line: drop that part. In a bar that never ends its line (50 MB
-        # of \r-frames) only the first frame is cut; the frames after it are whole.
+        # of \r-frames), or one line of them that fills the window and ends it, only the first frame is cut.
         cut = window.find("\n")
-        cut = cut if cut >= 0 else window.find("\r")
+        cut = cut if cut >= 0 and window[cut + 1:].strip() else window.find("\r")
         window = window[cut + 1:] if cut >= 0 else ""
     earlier = [x for x in collapse_frames(sections.text("steps", 1 << 18)) if not x.startswith("cap=")]
     return _read_window(window, truncated, earlier, custom, learned)

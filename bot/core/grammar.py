@@ -121,11 +121,17 @@ def _paths(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _PATH.finditer(text) if re.search(r"[A-Za-z]{2}", m[0])]
 
 
+# Four numbers or more joined by slashes are a tuple, not counters: an ASR scorer's `C/S/I/D: 20641/11172/4651/6467`,
+# BLEU's n-gram precisions. Three may be a counter and its totals (tesstrain's `2966/3300/3300`).
+_TUPLE = re.compile(r"(?<![\w./])\d[\d.]*(?:[ \t]*/[ \t]*\d[\d.]*){3,}(?![\w/])")
+
+
 def fields(text: str, limit: int = MAX_FIELDS) -> list[Field]:
     """Every number in a line with the key phrase before it: `step=10`, `'loss': '2.3'`, `| lm loss: 7.4E+00 |`,
     `iter 10:`, `s:10000 trl:3.38`, `Epoch [1][659/742]`, `41.3k tok/s` — the first `limit` of them."""
     out: list[Field] = []
     paths = _paths(text) if text.count("/") >= 2 else ()
+    tuples = [m.span() for m in _TUPLE.finditer(text)] if text.count("/") >= 3 else ()
     for m in _NUMBER.finditer(text):
         if len(out) >= limit:
             break
@@ -146,6 +152,8 @@ def fields(text: str, limit: int = MAX_FIELDS) -> list[Field]:
         key = _glued_key(text, m.end()) or _key_before(text, m.start())
         is_int = re.fullmatch(r"[-+]?\d[\d,]*", raw) is not None
         total = int(m["total"].replace(",", "")) if m["total"] and is_int else None
+        if total is not None and tuples and any(a <= m.start() < b for a, b in tuples):
+            total = None
         out.append(Field(key, value, is_int, m.start(), total, unit, m.end()))
     return out
 
@@ -392,7 +400,8 @@ _LOGGER = re.compile(
     r"|^(?:[\w.]+[ \t]+(?:-[ \t]+)?)?(?:INFO|WARNING|WARN|DEBUG|NOTICE)\b(?::[\w.]+:|[ \t]*[:|-][ \t]*|[ \t]+)"
     r"|^[ \t]*>+[ \t]+"
     r"|^[\w./-]+\.(?:py|cc|cpp|h|go|rs):\d+\][ \t]*"  # a source location closing a C-style prefix: Paddle's `launch_utils.py:545] `
-    r"|^\([\w./-]+\.py[ \t]+\d+\):[ \t]*(?:(?:INFO|WARNING|WARN|DEBUG)[ \t]+)?")  # Swin's heirs: `(main.py 188): INFO `
+    r"|^\([\w./-]+\.py[ \t]+\d+\):[ \t]*(?:(?:INFO|WARNING|WARN|DEBUG)[ \t]+)?"  # Swin's heirs: `(main.py 188): INFO `
+    r"|^\((?:INFO|WARNING|WARN|DEBUG|NOTICE)\):[ \t]*")  # Open Catalyst's `%(asctime)s (%(levelname)s): `
 
 
 def message(text: str) -> str:

@@ -67,7 +67,11 @@ END_WORDS = (
     (r"^successfully completed\.$", "LSF's job report: `Successfully completed.` (its `Subject: Job N: <name> … Done`)"),
     (r"^process finished with exit code 0\b", "PyCharm's run console: `Process finished with exit code 0`"),
     (r"\bterminating training\b", "Keras TerminateOnNaN: `Batch 3: Invalid loss, terminating training`"),
-    (r"\bearly stopping\b|\bstopping training\b", "Keras EarlyStopping: `Epoch 8: early stopping`; YOLOv5's `Stopping training early`"),
+    # Not its patience's countdown, which says how far from stopping it is: `EarlyStopping counter: 1 out of 10`.
+    (r"\bearly stopping\b(?![ \t]*(?:counter|patience)\b)|\bstopping training\b",
+     "Keras EarlyStopping: `Epoch 8: early stopping`; YOLOv5's `Stopping training early`"),
+    (r"^stopping since \w+ has not improved\b", "skorch's EarlyStopping: `Stopping since valid_loss has not improved in the last 3 epochs.`"),
+    (r"^number of trials: (?P<trials>\d+)/(?P=trials) \((?P=trials) terminated\)", "Ray Tune's status once every trial has ended: `Number of trials: 2/2 (2 TERMINATED)`"),
     (r"^best pipeline: ", "TPOT's result once its search ends: `Best pipeline: BernoulliNB(KNeighborsClassifier(…), …)`"),
     (r"""^\{['"](?:event|status)['"]:\s*['"](?:done|finished|completed?|train_end|training_end)['"]""",
      "a JSON-lines logger's end record: `{\"event\": \"done\", \"steps\": 150, …}`"),
@@ -208,7 +212,7 @@ _KINDS = ((Mark.RESTARTING, _RESTART, ("restart",)),
 # Every END_WORDS line holds one of these (its `Total … time` lines by their phrase: "time" alone is in most step lines).
 END_GATE = ("exit", "train", "done", "complet", "finish", "stop", "sav", "execution time", "run time", "running time",
             "elapsed time", "wall time", "clock time", "best pipeline", "treinamento", "entrenamiento", "训练",
-            "abgeschlossen", "entraîn", "entrain")
+            "abgeschlossen", "entraîn", "entrain", "terminated)", "not improved")
 # A line with none of any pattern's words holds no announcement and no end: find_markers skips it unread.
 _WORDS = tuple(dict.fromkeys(END_GATE + tuple(w for _, _, words in _KINDS for w in words)))
 
@@ -221,7 +225,7 @@ def _kind(text: str) -> Mark | None:
 
 
 _KEY_ONLY = re.compile(r"[A-Za-z_][\w.-]*:\Z")
-_NESTED = re.compile(r"[ \t]+[A-Za-z_][\w.-]*:(?:[ \t]|\Z)")
+_NESTED = re.compile(r"[ \t]+[A-Za-z_][\w.-]*:(?:[ \t]|\Z)|[ \t]*- \S")  # a key nested below, or a list's item (`  - voc_2007_test`)
 
 
 def _section_key(line: str, following: Sequence[str]) -> bool:

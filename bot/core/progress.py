@@ -258,8 +258,10 @@ def _choose_counter(group: Sequence[_Line]) -> int | None:
             continue  # alone, only an exact step key counts: "gradient accumulation steps 8" is a setting
         # Named step keys first — one that advances before one that stands (litgpt's `iter 62 step 1`: the
         # optimizer's step waits for gradient accumulation, the iteration counts) —, then an n/total counter that
-        # moves, then an epoch, then anything advancing.
-        rank = ((0, named) if advances or len(group) < 2 else (0.5, named)) if named is not None else (
+        # moves, then an epoch, then anything advancing. A named key that stands comes after an n/total counter that
+        # moves (`[049500/50000] … | batch 16` names its batch size), before a leading number that advances (Paddle's
+        # `Epoch 149, Step 125`, whose step restarts each epoch).
+        rank = ((0, named) if advances or len(group) < 2 else (1, 0.5, named)) if named is not None else (
             (1, 0) if f.total is not None else (1, 1) if advances and _leading(f, i) else (3, 0) if is_epoch else (2, 0))
         scores.append((rank, -i if advances else i, i))
     return min(scores)[2] if scores else None
@@ -454,19 +456,41 @@ def _cells(text: str) -> list[str] | None:
     return [c.strip() for c in m[1].split("|")] if m else None
 
 
+# A plain table's rule: a dash run under each column, two spaces or more between them (skorch's epoch table,
+# tabulate's "simple" format): `-------  -------  ------  ------------`.
+_PLAIN_RULE = re.compile(r"^[ \t]*-{2,}(?:[ \t]{2,}-{2,}){2,}[ \t]*$")
+
+
+def _plain_cells(text: str, spans: Sequence[tuple[int, int]]) -> list[str] | None:
+    """A plain table's row cut into its columns: each word in the column whose rule it overlaps (a cell may be empty:
+    skorch's `cp` holds `+` or nothing); None when a word lies under no column (no row of this table)."""
+    cells = [""] * len(spans)
+    for m in re.finditer(r"\S+", text):
+        k = next((k for k, (a, b) in enumerate(spans) if m.start() < b and m.end() > a), None)
+        if k is None:
+            return None
+        cells[k] = f"{cells[k]} {m[0]}".strip()
+    return cells
+
+
 def fold_headed_tables(lines: Sequence[str]) -> Sequence[str]:
     """The lines with each row of a headed table read as `name: cell | …` (its header and rules left blank)."""
     out = None
     for i in range(1, len(lines) - 1):
-        if not _SEPARATOR.match(lines[i]) or "|" not in lines[i - 1]:
+        if _PLAIN_RULE.match(lines[i]):
+            spans = [m.span() for m in re.finditer(r"-{2,}", lines[i])]
+            cut = lambda text, spans=spans: _plain_cells(text, spans)  # noqa: E731
+        elif _SEPARATOR.match(lines[i]) and "|" in lines[i - 1]:
+            cut = _cells
+        else:
             continue
-        header = _cells(lines[i - 1])
+        header = cut(lines[i - 1])
         if not header or len(header) < 3 or sum(bool(re.search(r"[A-Za-z]", h)) for h in header) < len(header) - 1:
             continue
         rows = []
         for k in range(i + 1, len(lines)):
-            cells = _cells(lines[k])
-            if cells is None or len(cells) != len(header):
+            cells = cut(lines[k])
+            if cells is None or len(cells) != len(header) or not any(c[:1].isdigit() for c in cells):
                 break
             rows.append((k, cells))
         if not rows:
@@ -482,23 +506,30 @@ def fold_headed_tables(lines: Sequence[str]) -> Sequence[str]:
 # word a key, in a block (blank lines and comments within it) with words among its values. Its numbers are settings (`CENTER_LOSS_WEIGHT: 0.0005`).
 _MAPPING_ROW = re.compile(r"^[ \t]+[A-Za-z_][\w.-]*:[ \t]+(\S.*)$")
 MAPPING_ROWS = 3
+# Inside a dump, what joins its rows: `  ROI_HEADS:` (a section), `    - p5` (a list's item), `VERSION: 2` (top level).
+_MAPPING_GLUE = re.compile(r"^[ \t]*[A-Za-z_][\w.-]*:[ \t]*$|^[ \t]*- \S|^[A-Z_][A-Z0-9_.-]*:[ \t]+\S")
 _NUMBERS_ONLY = re.compile(r"[-+\d.eE,\[\] ]+$")  # a value that is numbers alone (`[256, 128]`, `0.5`)
 
 
 def drop_mappings(lines: Sequence[str]) -> Sequence[str]:
     """The lines with each YAML mapping block blanked (its rows are settings, never progress)."""
-    out, run = None, []
+    out, run, glue = None, [], []
     for i, text in enumerate([*lines, ""]):
         if m := _MAPPING_ROW.match(text):
             run.append((i, m[1]))
             continue
         if run and i < len(lines) and (not text.strip() or text.lstrip().startswith("#")):
             continue  # a blank line or a comment inside the block
+        if run and i < len(lines) and _MAPPING_GLUE.match(text) and all(lines[k] != text for k in glue):
+            # a section's own key, a list's item, a top-level key: the same dump (detectron2's). One that recurs is
+            # a template's heading (DeepTCR's `Training_Statistics:` over each epoch's line), not a dump's key.
+            glue.append(i)
+            continue
         if len(run) >= MAPPING_ROWS and any(not _NUMBERS_ONLY.match(value) for _, value in run):
             out = list(lines) if out is None else out
-            for k, _ in run:
+            for k in [k for k, _ in run] + glue:
                 out[k] = ""
-        run = []
+        run, glue = [], []
     return lines if out is None else out
 
 
@@ -780,9 +811,14 @@ def announced_at(step: Step, text: str, number: int | None) -> Step:
     that logs every 10th iteration counting from 0 and saves at the 1000th prints `iter 990` and then `saving
     checkpoint at iteration 1000` — it stands at 1000. Only a number printed after the loop's own counter word
     (or HF's `checkpoint-1000`, which is the global step) counts, and never one past the loop's total."""
-    if number is None or step.step is None or step.counter is None or number <= step.step or (step.total and number > step.total):
+    if step.step is None or step.counter is None:
         return step
     word = re.escape(counter_word(step.counter))
+    if number is None:  # the announcement names no step of its own: the loop's counter word may (SSD's `Saving state, iter: 14000`)
+        found = re.findall(rf"(?i)\b{word}\w*[ \t_=:#-]*0*(\d{{1,12}})\b", text)
+        number = int(found[-1]) if found else None
+    if number is None or number <= step.step or (step.total and number > step.total):
+        return step
     names = re.search(rf"(?i)\b{word}\w*[ \t_=:#-]*0*{number}\b", text) or (
         step.counter in ("step", "global_step", "global step") and re.search(rf"checkpoint[-_]0*{number}\b", text))
     return replace(step, step=number) if names else step
