@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bot.render import slack as render_slack
 from bot.service.chat import ChatError
+from bot.service.leadership import StandingBy
 from bot.render.alerts import MUTE_FOR_S
 from bot.render.times import slack_time
 from bot.render.slack import ACTION_MUTE
@@ -54,6 +55,8 @@ async def watch(req: CommandRequest) -> Reply:
         return _note(req, NOT_RUNNING, outcome="error")
     try:
         found, started = await watchdog.watch(run, req.channel_id, req.user_id)
+    except StandingBy as exc:
+        return _note(req, str(exc), outcome="standby")
     except ChatError as exc:  # e.g. not_in_channel: the bot needs inviting to post here
         return _note(req, f"cannot post the watch message here ({exc}); invite the bot to this channel", outcome="error")
     if not started:
@@ -77,7 +80,10 @@ async def mute(req: CommandRequest) -> Reply:
     watchdog = req.services.watchdog
     if watchdog is None:
         return _note(req, NOT_RUNNING, outcome="error")
-    state = await watchdog.mute(run, req.services.clock() + seconds, req.user_id)
+    try:
+        state = await watchdog.mute(run, req.services.clock() + seconds, req.user_id)
+    except StandingBy as exc:
+        return _note(req, str(exc), outcome="standby")
     return _note(req, f":no_bell: {run.name} muted until ", At(state.muted_until), " — still probed; "
                       f"`/run unmute {run.name}` to hear from it again")
 
@@ -88,7 +94,10 @@ async def unmute(req: CommandRequest) -> Reply:
     watchdog = req.services.watchdog
     if watchdog is None:
         return _note(req, NOT_RUNNING, outcome="error")
-    await watchdog.mute(run, None, req.user_id)
+    try:
+        await watchdog.mute(run, None, req.user_id)
+    except StandingBy as exc:
+        return _note(req, str(exc), outcome="standby")
     return _note(req, f":bell: {run.name} unmuted")
 
 
@@ -109,6 +118,8 @@ async def on_mute_button(ack, body: dict, action: dict, context) -> None:
         try:
             with services.tracking():
                 state = await services.watchdog.mute(run, services.clock() + MUTE_FOR_S, click.user)
+        except StandingBy as exc:
+            line, outcome = _line(str(exc)), "standby"
         except Exception as exc:  # noqa: BLE001 - the clicker hears why; the log gets the traceback
             log.exception("Mute button on %s failed", run.name)
             line, outcome = _line(f"could not mute {run.name}: {type(exc).__name__}: {exc}"[:300]), "error"

@@ -139,6 +139,17 @@ class Ledger:
         # the edit is queued in the same step that made it due, so it is on disk with the change.
         self._stale: set[tuple[str, int]] = set()
 
+    def become(self, other: Ledger) -> None:
+        """Hold what `other` holds, in place (the watchdog keeps references to these tables): a standby taking
+        over reads what the leader wrote; its own unwritten changes are dropped with its stale view."""
+        for mine, theirs in ((self.states, other.states), (self.incidents, other.incidents),
+                             (self.messages, other.messages), (self.watch_rows, other.watch_rows)):
+            mine.clear()
+            mine.update(theirs)
+        self._changes.clear()
+        self._next_id = max(self.messages, default=0) + 1
+        self._stale = set()
+
     def snapshot(self) -> Ledger:
         """A copy to write from another thread (rows are frozen; only the tables are copied)."""
         return Ledger(dict(self.states), dict(self.incidents), dict(self.messages), dict(self.watch_rows))

@@ -45,6 +45,7 @@ async def install_checks(path: Path, settings: Settings) -> list[Check]:
     """The configuration, then every host, container and log it names, then Slack."""
     checks, registry = config_checks(path, settings)
     if registry is not None:
+        checks += await state_checks(registry.bot.state_db)
         targets = Targets(registry)
         try:
             checks += await host_checks(registry, targets)
@@ -69,6 +70,41 @@ def config_checks(path: Path, settings: Settings) -> tuple[list[Check], Registry
     runs, hosts = len(registry.runs), len(registry.hosts)
     return [Check("configuration valid", PASS, f"{registry.path}: {runs} run{'s' * (runs != 1)}, "
                                               f"{hosts} host{'s' * (hosts != 1)}")], registry
+
+
+# --- the shared state --------------------------------------------------------------------------
+
+
+async def state_checks(state_db: str) -> list[Check]:
+    """With a PostgreSQL state: the database answers, and how many replicas it sees and which one leads. (An SQLite
+    file is the bot's own: `runbot serve` says at start what it cannot do with it.)"""
+    from config.state_where import is_server, redacted  # noqa: PLC0415
+
+    if not is_server(state_db):
+        return []
+    from bot.service.leadership import AdvisoryLock  # noqa: PLC0415
+
+    where = redacted(state_db)
+    try:
+        import psycopg  # noqa: PLC0415
+
+        await asyncio.to_thread(_ping, psycopg, state_db)
+    except ImportError:
+        return [Check("state database reachable", FAIL, f"{where}: psycopg is not installed",
+                      "pip install 'runbot[postgresql]'")]
+    except Exception as exc:  # noqa: BLE001 - psycopg's errors, said as they are
+        return [Check("state database reachable", FAIL, f"{where}: {str(exc).strip()[:200]}",
+                      "check the URL, the server, and that it accepts this host")]
+    replicas = await AdvisoryLock(state_db).replicas()
+    leaders = [r.name for r in replicas if r.leads]
+    said = (f"{len(replicas)} replica{'s' * (len(replicas) != 1)} connected; "
+            + (f"{leaders[0]} leads" if leaders else "none leads (no runbot serve is running)"))
+    return [Check("state database reachable", PASS, where), Check("replicas", PASS, said)]
+
+
+def _ping(psycopg: Any, url: str) -> None:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        conn.execute("SELECT 1")
 
 
 # --- hosts, containers, logs ------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.service import health as health_of
 from bot.service.heartbeat import Heartbeat
 from bot.service.metrics import Metrics
 from bot.service.observe import Observers
@@ -41,7 +42,7 @@ class Monitoring(Observers):
             self.runner = None
 
 
-def metrics_app(metrics: Metrics) -> web.Application:
+def metrics_app(metrics: Metrics, health: health_of.Health = health_of.alive) -> web.Application:
     """GET /metrics, the Prometheus text format, and GET /healthz (as on the Slack port: the container's
     HEALTHCHECK asks it, in Socket Mode too, where no Slack port is open); nothing else is served here."""
 
@@ -51,7 +52,7 @@ def metrics_app(metrics: Metrics) -> web.Application:
         return web.Response(body=await asyncio.to_thread(metrics.exposition), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
+        return web.json_response(health())
 
     app = web.Application()
     app.router.add_get("/metrics", scrape)
@@ -59,9 +60,9 @@ def metrics_app(metrics: Metrics) -> web.Application:
     return app
 
 
-async def listen(metrics: Metrics, host: str, port: int) -> web.AppRunner:
+async def listen(metrics: Metrics, host: str, port: int, health: health_of.Health = health_of.alive) -> web.AppRunner:
     """Serve `metrics` on host:port until the runner is cleaned up."""
-    runner = web.AppRunner(metrics_app(metrics), access_log=None)
+    runner = web.AppRunner(metrics_app(metrics, health), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -82,7 +83,7 @@ async def on_start(services: Any) -> None:
     monitoring = Monitoring(metrics, heartbeat)
     if metrics is not None:
         host, port = bot.metrics_listen
-        monitoring.runner = await listen(metrics, host, port)
+        monitoring.runner = await listen(metrics, host, port, health_of.of(services))
         log.info("serving /metrics on %s:%d", host, port)
     if heartbeat is not None:
         heartbeat.start()

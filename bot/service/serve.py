@@ -17,6 +17,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
+from bot.service import health as health_of
 from bot.service import monitoring, watchdog
 from bot.service.app import Services, build_app, make_services
 from bot.service.logs import JsonLines, to_stderr
@@ -82,7 +83,7 @@ async def serve_async(
             print(f"runbot: {fault}", file=sys.stderr)
             return EXIT_FAILED
         try:
-            close = await (_socket_mode(app, settings) if settings.socket_mode else _http_mode(app, settings, host))
+            close = await (_socket_mode(app, settings) if settings.socket_mode else _http_mode(app, settings, host, health_of.of(services)))
         except OSError as exc:
             print(f"runbot: cannot listen on {host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_FAILED
@@ -139,7 +140,7 @@ async def _preflight(services: Services, settings: Settings) -> str | None:
 
 
 def http_runner(app: AsyncApp, settings: Settings, *, header_timeout: float = HEADER_TIMEOUT_S,
-                body_timeout: float = BODY_TIMEOUT_S) -> web.AppRunner:
+                body_timeout: float = BODY_TIMEOUT_S, health: health_of.Health = health_of.alive) -> web.AppRunner:
     """The HTTP mode server, ready for `setup()`: runbot's routes with its timeouts.
 
     A connection must send a whole request line and headers within `header_timeout` (aiohttp's
@@ -148,11 +149,12 @@ def http_runner(app: AsyncApp, settings: Settings, *, header_timeout: float = HE
     secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
     # lingering_time: after an early answer (the 408), aiohttp would otherwise read what is left of
     # the body for 10 s before closing.
-    return web.AppRunner(http_app(app, secret, body_timeout=body_timeout), access_log=None,
+    return web.AppRunner(http_app(app, secret, body_timeout=body_timeout, health=health), access_log=None,
                          keepalive_timeout=header_timeout, lingering_time=min(body_timeout, 2.0))
 
 
-def http_app(app: AsyncApp, signing_secret: str, *, body_timeout: float = BODY_TIMEOUT_S) -> web.Application:
+def http_app(app: AsyncApp, signing_secret: str, *, body_timeout: float = BODY_TIMEOUT_S,
+             health: health_of.Health = health_of.alive) -> web.Application:
     """POST /slack/events (signed requests only, within Slack's 5-minute window, each once) and GET /healthz.
 
     The signature is checked here, before anything parses the body: an unsigned request is a 401
@@ -189,7 +191,7 @@ def http_app(app: AsyncApp, signing_secret: str, *, body_timeout: float = BODY_T
         return await to_aiohttp_response(await app.async_dispatch(bolt))
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
+        return web.json_response(health())
 
     web_app = web.Application(client_max_size=MAX_BODY)
     web_app.router.add_post(EVENTS_PATH, events)
@@ -208,8 +210,8 @@ async def _refuse_and_close(request: web.Request, status: int, text: str) -> web
     return refused
 
 
-async def _http_mode(app: AsyncApp, settings: Settings, host: str):
-    runner = http_runner(app, settings)
+async def _http_mode(app: AsyncApp, settings: Settings, host: str, health: health_of.Health):
+    runner = http_runner(app, settings, health=health)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, settings.port).start()

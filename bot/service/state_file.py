@@ -334,6 +334,15 @@ class StateFile:
         except (asyncio.TimeoutError, *self._errors, ValueError):
             return None
 
+    async def reload(self) -> bool:
+        """Read the ledger afresh from the store, in place (a replica taking over from a leader that wrote what it
+        decided); False when the store cannot be read now (the ledger is left as it was)."""
+        loaded = await self.read(lambda store: store.load())
+        if loaded is None:
+            return False
+        self.ledger.become(loaded)
+        return True
+
     def _prune_due(self) -> bool:
         return self.retention is not None and time.time() - self._pruned >= PRUNE_EVERY_S
 

@@ -23,6 +23,7 @@ from bot.core.budget import RESERVED, Bucket
 from bot.core.digest import digest_key, is_digest_key
 from bot.core.ledger import Outgoing, Pending, Watch
 from bot.core.outages import HOST_FAILURES, HOST_GROUP_MIN, HostRun, answering, host_key, is_host_key, outage
+from bot.service.leadership import AdvisoryLock, Role, Solo, StandingBy, leadership_for
 from bot.service.state_file import StateFile
 from bot.core.verdict import Concern, Verdict, Worry
 from bot.service.history import History
@@ -97,6 +98,8 @@ class Watchdog:
         self.policy = policy or Policy(remind_every=registry.bot.remind_every, flap_window=registry.bot.flap_window,
                                        flap_changes=registry.bot.flap_changes)
         self.states: dict[str, RunState] = self.ledger.states
+        # Who sweeps and posts (bot.service.leadership): a lone bot leads; replicas on PostgreSQL take turns.
+        self.leadership: Solo | AdvisoryLock = Solo()
         self.verdicts: dict[str, Verdict] = {}  # the latest, for the parent's evidence and "since last check"
         self.scheduler = None
         self._inflight: dict[str, asyncio.Task] = {}
@@ -526,6 +529,11 @@ class Watchdog:
         in_doubt = row.tried_at is not None
         self.ledger.trying(row.id, self.clock())  # written before the call: a crash from here on leaves it in doubt
         await self.state_file.flush()
+        if not await self.leadership.still_leads():
+            # This replica's lock session ended since its tick: another may lead and send this row. Not sent here;
+            # the row is in doubt, so whoever sends it first looks for it in Slack (its key) rather than post twice.
+            self.ledger.failed(row.id, "not sent: this replica no longer leads", in_doubt=True)
+            return False
         if self._held_back():  # Slack failed for another run while this row's doubt was being written
             self.ledger.failed(row.id, "not sent: Slack was failing", in_doubt=in_doubt)
             return False
@@ -581,6 +589,7 @@ class Watchdog:
 
         Returns once the mute is committed: the edit goes out in the background, so a slow or
         rate-limiting Slack never holds up the command's answer (a failed edit waits for a sweep)."""
+        self._leading_or_say()
         now = self.clock()
         new, actions = alerts.mute(self.states.get(run.name), until, now, by)
         if self._commit(run, new, actions, self.verdicts.get(run.name), now):
@@ -606,6 +615,7 @@ class Watchdog:
 
     async def watch(self, run: Run, channel: str, user: str | None = None) -> tuple[Watch, bool]:
         """Start watching a restart; (the watch, True) — or (the live one in the way, False)."""
+        self._leading_or_say()
         now = self.clock()
         live = next((w for w in self.ledger.watches() if w.run == run.name and w.started_at > now - WATCH_LIMIT_S), None)
         if live is not None or run.name in self._trails:
@@ -665,17 +675,52 @@ class Watchdog:
 
         self.scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
         every = self.registry.bot.check_every
-        self.scheduler.add_job(self._scheduled_sweep, "interval", seconds=every, id="sweep", max_instances=1,
+        self.scheduler.add_job(self.tick, "interval", seconds=every, id="sweep", max_instances=1,
                                coalesce=True, misfire_grace_time=None, next_run_time=datetime.now(self.scheduler.timezone))
         self.scheduler.start()
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not two lines a sweep about running a job
+        if self.leads:  # a replica resumes them when it comes to lead
+            self._resume_watches()
+        log.info("watchdog: %d runs every %g s", len(self.registry.runs), every)
+
+    def _resume_watches(self) -> None:
         now = self.clock()
         for watch in self.ledger.watches():
             if watch.started_at > now - WATCH_LIMIT_S and watch.run in self.registry.runs:
                 self._schedule_watch(watch)
             else:
                 self.ledger.end_watch(watch.run)
-        log.info("watchdog: %d runs every %g s", len(self.registry.runs), every)
+
+    @property
+    def leads(self) -> bool:
+        return self.leadership.role is Role.LEADER
+
+    def _leading_or_say(self) -> None:
+        """A standby changes no state: its view of the shared ledger is stale, and the leader would write over it."""
+        if not self.leads:
+            raise StandingBy("this runbot replica stands by; the leader takes mutes and watches — ask again "
+                             "(Slack hands the next request to either)")
+
+    async def tick(self) -> Role:
+        """The sweep job: lead or stand by, then sweep if leading. A replica that has just come to lead reads the
+        ledger the leader before it wrote (its incidents, threads and outbox), then resumes its watches."""
+        was = self.leadership.role
+        role = await self.leadership.check()
+        if role is Role.STANDBY:
+            return role
+        if was is not Role.LEADER:
+            await self._take_over()
+        await self._scheduled_sweep()
+        return role
+
+    async def _take_over(self) -> None:
+        if not await self.state_file.reload():
+            log.warning("watchdog: leading without the shared state's latest (it cannot be read now)")
+        self._backlog = {row.run for row in self.ledger.pending()}
+        self._unfolded = {c for row in self.ledger.pending() if (c := self._channel_of(row.run))}
+        self._resume_watches()
+        log.info("watchdog: leading %d runs (%d incidents open, %d messages waiting)", len(self.registry.runs),
+                 sum(i.closed_at is None for i in self.ledger.incidents.values()), len(self.ledger.pending()))
 
     async def _scheduled_sweep(self) -> None:
         # The sweep job returns before the next tick, so a slow host never holds up the next sweep.
@@ -718,11 +763,13 @@ async def on_start(services: Any) -> None:
         chat = ObservedChat(chat, observer)
     services.watchdog = Watchdog(services.registry, services.targets, services.store, chat, clock=clock,
                                  scheduler=services.scheduler, observer=observer)
+    services.watchdog.leadership = leadership_for(bot.state_db)
     services.watchdog.start()
 
 
 async def on_stop(services: Any) -> None:
     if services.watchdog is not None:
         await services.watchdog.stop()
+        services.watchdog.leadership.close()  # the lock goes with its session: a standby leads at its next tick
     if services.store is not None:
         services.store.close()
