@@ -540,7 +540,7 @@ _HOMES = {"bot": _BOT_CHECKS, "access": _ACCESS_CHECKS, "hosts.NAME": _HOST_CHEC
 
 
 def _state_db(value: str, base: str) -> str:
-    """A file path, resolved against the config's folder, or a PostgreSQL URL, kept as it is (README: Two replicas, one database)."""
+    """A file path, resolved against the config's folder, or a PostgreSQL URL, kept as it is (README: Two replicas)."""
     if value == ":memory:" or is_server(value):
         return value
     return os.path.normpath(os.path.join(base, os.path.expanduser(value)))
