@@ -73,6 +73,11 @@ SAVE_GB=${SAVE_GB:-40}                      # save: the size of its one large sa
 SAVE_MOMENT=${SAVE_MOMENT:-21}              # save: seconds after the save's announcement (silence_after is 20s)
 SPAWN_FAIL=${SPAWN_FAIL:-25}                # spawn: rank 1's failing step
 ANOMALY_FAIL=${ANOMALY_FAIL:-25}            # anomaly: the step whose loss turns NaN
+# round 11's jobs (JOBS="oom-retry scale resume eval-long")
+REC_ARGS=${REC_ARGS:-"--batch 16 --seq 256 --vocab 16384 --dim 768 --layers 8 --heads 12 --step-sleep 0.1"}
+RETRY_PAUSE=${RETRY_PAUSE:-8}               # oom-retry: the pause after each OOM (its moment is 3 s into it)
+LOAD_SECS=${LOAD_SECS:-20}                  # resume: the relaunch's checkpoint load
+EVAL_SECS=${EVAL_SECS:-45}                  # eval-long: each evaluation (its moments at 8 s and 30 s)
 
 if [ "$DEVICE" = auto ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
@@ -761,6 +766,72 @@ job_sigterm() {  # a preemptible loop: SIGTERM, a checkpoint, exit 0
     end_job
 }
 
+# ---------------------------------------------------------------- round 11: recoveries, quiet failures, relaunches
+relaunch_job() {  # script args...: the same job launched again, appended to its log (a scheduler's requeue)
+    local script=$1; shift
+    local cwd=${JOB_CWD:-$CKPT/$JOB}
+    local lim; lim=$(( $(left) - 5 )); [ "$lim" -gt 10 ] || lim=10
+    echo "$JOB (relaunch): cd $cwd && $PY -u $JOBDIR/$script $* >> $LOG 2>&1" >> "$CAP/commands.txt"
+    JOB_RC=""
+    (cd "$cwd" && exec env PYTHONPATH= JOB_EVENTS="$EV" timeout -k 5 "$lim" \
+        bash -c 'log=$1; shift
+            for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"; done
+            exec "$@" >> "$log" 2>&1' _ "$LOG" "$PY" -u "$JOBDIR/$script" "$@" < /dev/null) &
+    TO_PID=$!
+    log "$JOB: relaunched $script (pid $TO_PID, limit ${lim}s)"
+}
+
+# shellcheck disable=SC2086
+job_oom_retry() {  # a hand-made batch-size search: each OOM's traceback printed, a retry at half the batch
+    start_job oom-retry recover_job.py --mode oom-retry --batch-start 8192 --retry-pause "$RETRY_PAUSE" --steps 300 --device "$DEVICE" $REC_ARGS
+    if wait_event " oom " 120; then
+        sleep 3; moment after-oom gpus
+        wait_event " step step=15\$" 120 && moment training
+    fi
+    stop_job
+    moment stopped
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_scale() {  # fp16 with GradScaler, every step's gradients overflowing: each step skipped, the scale halving
+    start_job scale recover_job.py --mode scale --steps 300 --device "$DEVICE" $REC_ARGS
+    wait_event " step step=40\$" 120 && moment training gpus
+    stop_job
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_resume() {  # killed with SIGKILL at step 25, relaunched by the driver onto the same log, resumed from ckpt-20
+    start_job resume recover_job.py --mode resume --control "$CKPT/resume" --ckpt-every 10 --steps 300 --device "$DEVICE" $REC_ARGS
+    if wait_event " step step=25\$" 120; then
+        moment training
+        local main; main=$(job_pid)
+        kill -KILL "$main"; echo "kill -KILL $main at $(now)" >> "$JD/driver.txt"
+        wait_exit 20
+        sleep 3; moment killed
+        relaunch_job recover_job.py --mode resume --resume --load-secs "$LOAD_SECS" --control "$CKPT/resume" --ckpt-every 10 --steps 300 --device "$DEVICE" $REC_ARGS
+        if wait_event " load_begin\$" 120; then
+            sleep 8; moment loading
+            wait_event " step step=35\$" 120 && moment resumed
+        fi
+    fi
+    stop_job
+    end_job
+}
+
+# shellcheck disable=SC2086
+job_eval_long() {  # an evaluation that prints nothing for EVAL_SECS, on the GPU, then training goes on
+    start_job eval-long recover_job.py --mode eval-long --eval-every 25 --eval-secs "$EVAL_SECS" --steps 300 --device "$DEVICE" $REC_ARGS
+    if wait_event " eval_begin " 120; then
+        sleep 8; moment evaluating gpus
+        sleep 22; moment evaluating-long gpus
+        wait_event " eval_end " 60 && wait_event " step step=40\$" 60 && moment training-after
+    fi
+    stop_job
+    end_job
+}
+
 # ---------------------------------------------------------------- nvidia-smi's utilisation window
 util_timed() {  # file label cmd...: 5 timed calls, every output kept
     local f=$1 label=$2; shift 2
@@ -911,7 +982,7 @@ log "$(tr '\n' ' ' < "$CAP/runbot-preflight.txt")"
     echo "gpu_samples = $GPU_SAMPLES"
     for j in hf hf-nan lit-tqdm lit-rich dl-killed rotate compile lit-rich-busy renamed deleted tb-dead late-start \
         ddp-hang ddp-oom nccl-dup accel-bs sigstop segv hf-early elastic elastic-c10d lit-val-crash jsonl nested \
-        dl-hang save spawn anomaly sigterm; do
+        dl-hang save spawn anomaly sigterm oom-retry scale resume eval-long; do
         echo
         echo "[runs.$j]"
         echo 'host = "local"'
@@ -958,6 +1029,10 @@ for j in $JOBS; do
         spawn) need 60 spawn && job_spawn ;;
         anomaly) need 50 anomaly && job_anomaly ;;
         sigterm) need 50 sigterm && job_sigterm ;;
+        oom-retry) need $(( RETRY_PAUSE * 3 + 60 )) oom-retry && job_oom_retry ;;
+        scale) need 50 scale && job_scale ;;
+        resume) need $(( LOAD_SECS + 90 )) resume && job_resume ;;
+        eval-long) need $(( EVAL_SECS + 60 )) eval-long && job_eval_long ;;
         *) note "unknown job $j" ;;
     esac
 done
