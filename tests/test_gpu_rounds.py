@@ -1,9 +1,11 @@
-"""Rounds 8, 9 and 10's real jobs on an H200 (tests/fixtures/gpu-jobs3/, gpu-jobs4/ and gpu-jobs5/, each README
+"""Rounds 8 to 11's real jobs on an H200 (tests/fixtures/gpu-jobs3/ to gpu-jobs6/, each README
 says what ran): torchrun's ranks that hang, die of SIGKILL, run out of memory, share a GPU under NCCL, or fail and are
 restarted by the agent (static and c10d rendezvous); accelerate's batch-size search finding none; a loop SIGSTOPped
 and continued; a segfault under faulthandler; an HF Trainer stopped early; a Lightning validation step that raises; a
 loop logging JSON lines; nested tqdm bars; DataLoader workers that all block; a 40 GB save; torch.multiprocessing.spawn
-with a rank that raises; autograd's anomaly mode; a preemptible loop's SIGTERM. Each moment replayed
+with a rank that raises; autograd's anomaly mode; a preemptible loop's SIGTERM; a batch-size search whose OOMs are
+caught; fp16 overflowing on every step; a SIGKILLed loop relaunched from its checkpoint onto its log; a long
+evaluation that prints nothing. Each moment replayed
 (tests/gpu_replay.py) and its first line judged against the expectation written before any runbot answer was read
 (`<job>/expected.toml`)."""
 
@@ -20,7 +22,7 @@ from tests.gpu_replay import cases, replay_all, snapshot
 from tests.gpu_replay import probe as replay
 
 FIXTURES = Path(__file__).parent / "fixtures"
-BATCHES = ("gpu-jobs3", "gpu-jobs4", "gpu-jobs5")
+BATCHES = ("gpu-jobs3", "gpu-jobs4", "gpu-jobs5", "gpu-jobs6")
 MOVED_ON_S = 15 * 60.0
 CASES = [(f"{batch}/{name}", moment) for batch in BATCHES for name, moment in cases(FIXTURES / batch)]
 
@@ -32,10 +34,11 @@ def verdicts(tmp_path_factory):
 
 def test_every_moment_of_the_device_runs_is_here():
     jobs = {batch: {n.split("/")[1] for n, _ in CASES if n.startswith(batch + "/")} for batch in BATCHES}
-    assert len(CASES) == 40 and jobs == {
+    assert len(CASES) == 51 and jobs == {
         "gpu-jobs3": {"ddp-hang", "ddp-oom", "nccl-dup", "accel-bs", "sigstop", "segv"},
         "gpu-jobs4": {"elastic", "elastic-c10d", "hf-early", "lit-val-crash", "jsonl", "nested"},
-        "gpu-jobs5": {"dl-hang", "save", "spawn", "anomaly", "sigterm"}}
+        "gpu-jobs5": {"dl-hang", "save", "spawn", "anomaly", "sigterm"},
+        "gpu-jobs6": {"oom-retry", "scale", "resume", "eval-long"}}
 
 
 def test_the_snapshots_hold_what_the_replays_rest_on():

@@ -148,3 +148,35 @@ def test_a_dump_with_sections_and_lists_is_blanked_whole_and_a_recurring_heading
            "Training_Statistics: ",
            " Epoch: 3/10000 Training loss: 1.35901 Validation loss: 1.36124 Testing AUC: 0.41667"]
     assert drop_mappings(tcr)[-1] == tcr[-1]
+
+
+# --- gpu-jobs6's lessons, on its real lines ---------------------------------------------------------------------------
+
+GPU6 = Path(__file__).parent / "fixtures" / "gpu-jobs6"
+
+
+def test_a_traceback_the_program_says_it_caught_is_no_crash():
+    # A batch-size search prints each OOM's traceback and `… retrying with 4096`: the run goes on, alive.
+    text = (GPU6 / "oom-retry" / "after-oom" / "log" / "train.log").read_bytes()
+    v = diagnose(evidence(text, age=3), DefaultRun("r"))
+    assert v.phase is Phase.STARTING and "retrying" in v.headline, v.headline
+
+
+def test_an_exception_that_itself_says_retries_is_still_a_crash():
+    text = ("step=3 loss=2.0\nTraceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='hub'): Max retries exceeded with url: /x\n")
+    v = diagnose(evidence(text, age=60, writers=()), DefaultRun("r"))
+    assert v.phase is Phase.CRASHED, v.headline
+
+
+def test_a_relaunch_reading_its_checkpoint_by_path_is_loading():
+    assert [m.kind for m in find_markers(["resuming from /tmp/runbot-jobs/ckpt/resume/ckpt-30.pt"])] == [Mark.LOADING]
+    assert find_markers(["resuming from where we left off"]) == ()
+
+
+def test_a_scale_halving_on_every_step_line_is_fp16_overflowing():
+    text = (GPU6 / "scale" / "training" / "log" / "train.log").read_bytes()
+    v = diagnose(evidence(text, age=1), DefaultRun("r"))
+    assert v.level is Level.WARN and "fp16 overflow" in v.headline, v.headline
+    steady = "".join(f"it {i} | loss 2.{i} | scale 65536 | 0.12 s/it\n" for i in range(1, 20))
+    assert diagnose(evidence(steady, age=1), DefaultRun("r")).level is Level.OK

@@ -171,6 +171,8 @@ _LOAD = re.compile(r"(?i)^loading (?:checkpoint|model|weights|pretrained|state)|
                    # mmcv/MMEngine: `load checkpoint from local path: …/stripnet_t.pth`, `load model from: …`
                    r"\bload (?:checkpoint|model|weights|pretrained(?: model)?) from\b|"
                    r"\bloading (?:the )?(?:checkpoint|model|weights) (?:from|shards)\b|\bresuming from checkpoint\b|"
+                   # a relaunch reading its checkpoint by path: `resuming from /ckpt/resume/ckpt-30.pt`
+                   r"\bresum(?:e|ing)(?: training)? from \S*(?:\.(?:pt|pth|ckpt|bin|safetensors|pkl|h5)\b|checkpoint|ckpt)|"
                    r"\bdownloading\b.*\b(?:model|weights|checkpoint|shards?)\b"
                    # a model class by its name (ai-toolkit's `Loading UMT5EncoderModel`, diffusers' `Loading pipeline
                    # components`), or quantized as it loads (`- quantizing 40 transformer blocks`)

@@ -73,7 +73,7 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     no error of its own) is the cause: the other ranks' errors only say they lost it."""
     glued = any(b.index == after and b.after for b in ev.bars)  # a message written after the last frame, on its line
     fatal = [c for c in ev.crashes if not c.in_thread and (c.line_index > after or (c.line_index == after and (
-        c.kind in _GLUED or glued)))]
+        c.kind in _GLUED or glued))) and not _handled(ev, c)]
     if not fatal:
         return None
     named = [c for c in fatal if not _unnamed(c)] or fatal
@@ -89,6 +89,23 @@ def _fatal(ev: Evidence, after: int) -> Crash | None:
     ranks = {c.rank for c in own}
     chosen = own[0] if len(ranks) > 1 else own[-1]
     return _cause_of(chosen, own)
+
+
+# What a program prints when it caught the error and goes on (a batch-size search's `CUDA out of memory at
+# batch_size=8192; retrying with 4096`, a loader's `falling back to …`): the traceback it printed was no end.
+_HANDLED = re.compile(r"(?i)\b(?:retrying|will retry|trying again|falling back|skipping (?:this|the) (?:batch|step|sample))\b")
+HANDLED_WITHIN = 400  # lines after the traceback's start: a traceback and the program's word about it
+
+
+def _handled(ev: Evidence, crash: Crash) -> bool:
+    """Did the program say, after the error and before any other, that it caught it and goes on? A line of its own
+    (not a traceback's indented frame, not the exception's message, which may itself say `Max retries exceeded`)."""
+    later = [c.line_index for c in ev.crashes if c.line_index > crash.line_index]
+    stop = min(len(ev.lines), crash.line_index + HANDLED_WITHIN, *(later[:1] or [len(ev.lines)]))
+    for text in ev.lines[crash.line_index + 1:stop]:
+        if text[:1] not in " \t" and _HANDLED.search(text) and crash.message[:40] not in text:
+            return True
+    return False
 
 
 ECHO_LINES = 3  # an end's echo: the loop's last frame printed this close after it

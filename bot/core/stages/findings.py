@@ -59,9 +59,31 @@ def loss_scale(lines: Sequence[str], steps: Sequence[Step]) -> Found | None:
         found = [f.value for f in fields(text) if _SCALE_KEY.search(f.key)]
         scale = found[-1] if found else scale
     if scale is None or not (scale == 0 or (overflowing and scale <= SCALE_FLOOR)):
-        return None
+        falling = _falling_scale(steps)
+        if falling is None:
+            return None
+        scale = falling
     last = steps[-1] if steps else None
     return Found(Finding.LOSS_SCALE, "fp16", last.step if last else None, value=scale)
+
+
+# A step line's own scale field (`it 40 | loss 9.87 | scale 5.96e-08`): its name alone may be anything's scale.
+_STEP_SCALE_KEY = re.compile(r"(?:^|[ _/])(?:(?:loss|grad)[ _])?scale$")
+FALLING_LINES = 5  # step lines in a row with the scale at most half the one before: the scaler skipped each step
+
+
+def _falling_scale(steps: Sequence[Step]) -> float | None:
+    """A scaler that prints no overflow but whose scale the step lines show halving line after line, down past its
+    floor (a plain loop printing GradScaler.get_scale()): every step overflowed and was skipped. The scale now."""
+    values = []
+    for s in steps[-FALLING_LINES:]:
+        found = [f.value for f in fields(s.line) if _STEP_SCALE_KEY.search(f.key) and f.finite]
+        if not found:
+            return None
+        values.append(found[-1])
+    if len(values) < FALLING_LINES or values[-1] > SCALE_FLOOR:
+        return None
+    return values[-1] if all(0 <= b <= a / 2 for a, b in zip(values, values[1:])) else None
 
 
 def thread_died(crash: Crash | None) -> Found | None:
