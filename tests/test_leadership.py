@@ -36,18 +36,47 @@ async def test_one_lock_one_leader_and_the_standby_takes_over_when_it_is_given_b
         second.close()
 
 
-async def test_a_leader_whose_session_was_cut_stands_by_before_it_posts(pg_server):
+def _cut(url: str, name: str) -> None:
+    """The server cuts a replica's lock session (a failover, an admin, a network), and it is gone when this returns."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (f"runbot {name}",))
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                            (f"runbot {name}",)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the cut session outlived its termination"
+            time.sleep(0.02)
+
+
+async def test_a_leader_whose_session_was_cut_stands_by_when_another_took_the_lock(pg_server):
     url = pg_server.database()
+    StateFile.open(url).close()  # the schema, as runbot serve makes it before it leads
     leader, standby = AdvisoryLock(url, name="a:1"), AdvisoryLock(url, name="b:2")
     try:
         assert await leader.check() is Role.LEADER
-        with psycopg.connect(url, autocommit=True) as admin:  # the server cuts it (a failover, an admin, a network)
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'runbot a:1'")
-        assert await leader.check() is Role.STANDBY
-        assert await standby.check() is Role.LEADER
+        _cut(url, "a:1")
+        assert await standby.check() is Role.LEADER and standby.retaken
+        assert not await leader.still_leads()  # before its next message: the lock is another's
+        assert leader.role is Role.STANDBY
     finally:
         leader.close()
         standby.close()
+
+
+async def test_a_leader_that_takes_its_lock_back_knows_whether_another_led_in_between(pg_server):
+    url = pg_server.database()
+    StateFile.open(url).close()
+    leader, other = AdvisoryLock(url, name="a:1"), AdvisoryLock(url, name="b:2")
+    try:
+        assert await leader.check() is Role.LEADER and not leader.continued
+        _cut(url, "a:1")
+        assert await leader.check() is Role.LEADER and leader.retaken and leader.continued  # nobody did: its memory holds
+        _cut(url, "a:1")
+        assert await other.check() is Role.LEADER
+        other.close()
+        assert await leader.check() is Role.LEADER and leader.retaken and not leader.continued  # b led: read afresh
+    finally:
+        leader.close()
+        other.close()
 
 
 async def test_a_leader_killed_with_sigkill_frees_the_lock_at_once(pg_server):

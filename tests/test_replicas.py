@@ -99,3 +99,33 @@ def test_the_standby_leads_when_the_leader_is_killed_and_tells_the_recovery_in_i
             except Exception:  # noqa: BLE001
                 proc.kill()
     assert procs[1].returncode == 0
+
+
+def test_a_database_stopped_under_a_running_bot_is_said_once_and_alerts_are_held_then_sent(tmp_path, stub, pg_server):
+    stub.reset()
+    write_config(tmp_path)
+    url = pg_server.database()
+    log = tmp_path / "train.log"
+    port = free_port()
+    with writer_holding(log):
+        proc = start_serve(tmp_path, serve_env(tmp_path, stub, port, RUNBOT_STATE_DB=url))
+        try:
+            stub.wait_for(lambda: role(port) == "leader" or proc.poll() is not None, timeout=60)
+            assert proc.poll() is None, proc.communicate()
+            pg_server.stop()  # every session cut, the server gone
+            try:
+                set_age(log, 60)  # alpha goes silent while the database is away
+                notes = lambda: [p for p in stub.posts("chat.postMessage") if "state database is failing" in p.get("text", "")]  # noqa: E731
+                stub.wait_for(notes, timeout=30)
+                # the leader's lock session went with the server: it stands by, and holds its alert until it leads again
+                time.sleep(CHECK_EVERY_S * 3)
+            finally:
+                pg_server.start()
+            [parent] = stub.wait_for(lambda: [p for p in parents(stub) if p["text"].startswith("alpha: silent")], timeout=30)
+            stub.wait_for(lambda: [p for p in stub.posts("chat.postMessage") if "written again" in p.get("text", "")],
+                          timeout=30)
+            assert len(notes()) == 1  # said once, not every sweep
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+    assert len([p for p in parents(stub) if p["text"].startswith("alpha: silent")]) == 1

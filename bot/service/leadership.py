@@ -23,6 +23,9 @@ class StandingBy(RuntimeError):
 class Role(Enum):
     LEADER = "leader"
     STANDBY = "standby"
+    # A leader whose database went away: nobody can take over meanwhile (the lock lives in that database), so it
+    # goes on judging from memory and holds its messages; once the database is back it leads again if it can.
+    CUT_OFF = "cut off"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Solo:
     """An SQLite bot: nobody else can sweep its file, so it leads."""
 
     role = Role.LEADER
+    retaken = continued = False
 
     async def check(self) -> Role:
         return Role.LEADER
@@ -65,6 +69,10 @@ class AdvisoryLock:
         self.url, self.key, self.name = url, key, name or replica_name()
         self.role = Role.STANDBY
         self._conn = None
+        self._holds = False  # this session holds the lock
+        self.epoch: int | None = None  # the leadership's number when this replica last took it
+        self.retaken = False  # the last check took the lock (first, or again after losing its session)
+        self.continued = False  # it took the lock back and nobody led in between: its memory is the latest
 
     async def check(self) -> Role:
         """This replica's role now (a blocking call in a thread: at most a connect timeout)."""
@@ -77,19 +85,50 @@ class AdvisoryLock:
     def _check(self) -> Role:
         import psycopg  # noqa: PLC0415  (only with a PostgreSQL state)
 
+        self.retaken = False
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                                             application_name=f"runbot {self.name}")
-            if self.role is Role.LEADER:
-                self._conn.execute("SELECT 1")  # the session lives: the lock is still ours
-                return Role.LEADER
-            got = self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]
-            return Role.LEADER if got else Role.STANDBY
+            return self._ask()
+        except psycopg.Error:
+            self._drop()  # the session is gone (cut, or the server with it): is the database?
+        try:
+            return self._ask()
         except psycopg.Error as exc:
-            log.warning("leadership: the database cannot be asked (%s); standing by", str(exc).strip())
+            was_leading = self.role in (Role.LEADER, Role.CUT_OFF)
+            log.warning("leadership: the database cannot be asked (%s); %s", str(exc).strip(),
+                        "leading from memory, messages held" if was_leading else "standing by")
             self._drop()
+            return Role.CUT_OFF if was_leading else Role.STANDBY
+
+    def _ask(self) -> Role:
+        import psycopg  # noqa: PLC0415
+
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                                         application_name=f"runbot {self.name}")
+            self._holds = False
+        if self._holds:
+            self._conn.execute("SELECT 1")  # the session lives: the lock is still ours
+            return Role.LEADER
+        if not self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
             return Role.STANDBY
+        self._holds, self.retaken = True, True
+        self._count_epoch()
+        return Role.LEADER
+
+    def _count_epoch(self) -> None:
+        """Number each taking of the lock (runbot_meta's leader_epoch): a leader that was cut off and takes it back
+        knows whether another led in between (then its memory is stale) or not (then it is the latest there is)."""
+        import psycopg  # noqa: PLC0415
+
+        try:
+            row = self._conn.execute(
+                "INSERT INTO runbot_meta (key, value) VALUES ('leader_epoch', '1') ON CONFLICT (key) DO UPDATE "
+                "SET value = (runbot_meta.value::bigint + 1)::text RETURNING value::bigint").fetchone()
+        except psycopg.errors.UndefinedTable:  # a database no store has opened yet: nothing to be stale about
+            self.epoch, self.continued = None, False
+            return
+        self.continued = self.role is not Role.STANDBY and self.epoch is not None and row[0] == self.epoch + 1
+        self.epoch = row[0]
 
     async def still_leads(self) -> bool:
         """Before each message: is the lock's session alive (one round trip)? A leader cut off since its tick must
@@ -119,6 +158,7 @@ class AdvisoryLock:
         return [Replica(name.removeprefix("runbot "), bool(leads)) for name, leads in found]
 
     def _drop(self) -> None:
+        self._holds = False
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -129,7 +169,7 @@ class AdvisoryLock:
     def close(self) -> None:
         """Give the lock back: a replica stopping lets a standby lead at its next tick. Said to the server before
         the session closes (the server ends a closed session's backend, and its locks, a moment later)."""
-        if self.role is Role.LEADER and self._conn is not None and not self._conn.closed:
+        if self._holds and self._conn is not None and not self._conn.closed:
             try:
                 self._conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
             except Exception:  # noqa: BLE001 - a dead session holds nothing

@@ -708,7 +708,9 @@ class Watchdog:
         role = await self.leadership.check()
         if role is Role.STANDBY:
             return role
-        if was is not Role.LEADER:
+        # Cut off from the database, it sweeps on from memory (its sends are held: still_leads says no); taking the
+        # lock back with nobody having led in between, its memory is the latest and is written whole, not reloaded.
+        if role is Role.LEADER and self.leadership.retaken and not self.leadership.continued:
             await self._take_over()
         await self._scheduled_sweep()
         return role
