@@ -180,3 +180,16 @@ def test_a_scale_halving_on_every_step_line_is_fp16_overflowing():
     assert v.level is Level.WARN and "fp16 overflow" in v.headline, v.headline
     steady = "".join(f"it {i} | loss 2.{i} | scale 65536 | 0.12 s/it\n" for i in range(1, 20))
     assert diagnose(evidence(steady, age=1), DefaultRun("r")).level is Level.OK
+
+
+def test_an_errno_a_long_message_ends_on_is_said_first():
+    # torchrun's rendezvous store (llm-torchrun-kd-eaddrinuse-startup): the cause is the sentence's last words
+    line = ("RuntimeError: The server socket has failed to listen on any local network address. useIpv6: 0, code: -98, "
+            "name: EADDRINUSE, message: address already in use")
+    [crash] = find_crashes(["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', line])
+    assert crash.message.startswith("EADDRINUSE: address already in use — The server socket")
+
+
+def test_lsfs_reason_is_said_in_its_own_word():
+    [crash] = find_crashes(["TERM_RUNLIMIT: job killed after reaching LSF run time limit."])
+    assert "TERM_RUNLIMIT" in crash.message

@@ -242,7 +242,14 @@ def exception_crash(exc_type: str, message: str, rank: int | None, index: int, t
         # "NCCL communicator was aborted on rank 1. Original reason for failure was: [Rank 1] Watchdog caught
         # collective operation timeout: …": the timeout is the news, the abort its consequence.
         return Crash(kind, exc_type, _watchdog_message(message), thread, rank, line_index=index)
+    if m := _ERRNO_TAIL.search(message):  # the errno the long sentence ends on is the news: said first
+        message = f"{m['name']}: {m['said']} — {message[:m.start()].strip()}"
     return Crash(kind, exc_type, _trim(message), thread, rank, line_index=index)
+
+
+# c10d's socket errors end on the errno: `… failed to listen on any local network address. useIpv6: 0, code: -98,
+# name: EADDRINUSE, message: address already in use`.
+_ERRNO_TAIL = re.compile(r"[ \t,.]*(?:useIpv6: \d+, )?(?:code: -?\d+, )?name: (?P<name>E[A-Z0-9]{2,}), message: (?P<said>[^,]{3,80})$")
 
 
 def _launcher_signal(name: str, rank: int | None, index: int, thread: str | None = None) -> Crash:
@@ -361,7 +368,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         said = next((t.strip() for t in following[:3] if t.strip()), "")
         return Crash(Kind.TRACEBACK, None, _trim(said or text), rank=rank, line_index=i)
     if m := _LSF_TERM.match(text):
-        return Crash(Kind.CANCELLED, None, f"killed by LSF ({m[1]}): {m[2]}", rank=rank, line_index=i)
+        return Crash(Kind.CANCELLED, None, f"killed by LSF (TERM_{m[1]}): {m[2]}", rank=rank, line_index=i)
     if m := _GLOG_FATAL.match(text):
         said = m[2].strip()
         kind = Kind.OOM if "out of memory" in said.lower() else Kind.FATAL
