@@ -24,10 +24,10 @@ BARS = {"public": (20, 0.95), "heldout": (8, 0.95), "round3": (20, 0.95)}
 CORPORA = {name: (FIXTURES / name, moments(FIXTURES / name), hung) for name, (hung, _) in BARS.items()}
 # A round whose lessons are still being learned: held near what it scores now (round 4: 63/113 at first sight,
 # 82 after its lessons so far; round 5: 55/75 at first sight, 67 after; round 6: 53/84 at first sight, 76 after;
-# round 7: 58/78 at first sight, 75 after; round 8: 61/83 at first sight, 79 after; round 9: 38/66, 44 after; round 10: 51/77, 62 after; round 11: 62/98, 75 after;
+# round 7: 58/78 at first sight, 75 after; round 8: 61/83 at first sight, 79 after; round 9: 38/66, 44 after; round 10: 51/77, 62 after; round 11: 62/98, 77 after;
 # docs/diagnosis-corpus.md), with room for the odd moment a loaded machine's timing moves, so that no change makes
 # it worse; it joins BARS once its lessons are in.
-LEARNING = {"round4": 80, "round5": 67, "round6": 74, "round7": 73, "round8": 77, "round9": 44, "round10": 61, "round11": 74}
+LEARNING = {"round4": 80, "round5": 67, "round6": 74, "round7": 73, "round8": 77, "round9": 44, "round10": 61, "round11": 76}
 # Learning rounds with no false CRIT and every hang alerted now: held to that as the BARS corpora are.
 CLEAN = {"round5", "round6", "round8"}
 
