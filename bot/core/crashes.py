@@ -362,7 +362,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
         return Crash(_exc_kind("", m[1]), None, _trim(m[1]), rank=rank, line_index=i)
     if _OOM_LINE.search(text):
         return Crash(Kind.OOM, None, _trim(text), rank=rank, line_index=i)
-    if m := _C_ERROR.match(message(text)):
+    if "Error: " in text and (m := _C_ERROR.match(message(text))):  # the substring first: message() is this loop's cost
         return Crash(Kind.OOM if "out of memory" in m[1].lower() else Kind.FATAL, None, _trim(m[1]), rank=rank, line_index=i)
     if _HYDRA.search(text):
         said = next((t.strip() for t in following[:3] if t.strip()), "")
@@ -413,7 +413,7 @@ def _one_line_crash(text: str, i: int, rank: int | None, following: Sequence[str
     if m := _AGENT.search(text):
         code, local = int(m[1]), int(m[2])
         return _child_failed(following[:40], i, local, code)
-    if m := _EXIT_LINE.match(message(text)):
+    if "code" in text.lower() and (m := _EXIT_LINE.match(message(text))):
         code = int(m[1])
         return None if code == 0 else Crash(Kind.CHILD_FAILED, "launcher", "the process", rank=rank, exit_code=code,
                                             signal_hint=_signal_hint(code), line_index=i)

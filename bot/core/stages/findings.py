@@ -75,6 +75,8 @@ FALLING_LINES = 5  # step lines in a row with the scale at most half the one bef
 def _falling_scale(steps: Sequence[Step]) -> float | None:
     """A scaler that prints no overflow but whose scale the step lines show halving line after line, down past its
     floor (a plain loop printing GradScaler.get_scale()): every step overflowed and was skipped. The scale now."""
+    if len(steps) < FALLING_LINES or "scale" not in steps[-1].line.lower():
+        return None  # most loops print no scale: their step lines are not tokenised again
     values = []
     for s in steps[-FALLING_LINES:]:
         found = [f.value for f in fields(s.line) if _STEP_SCALE_KEY.search(f.key) and f.finite]
