@@ -62,18 +62,38 @@ async def test_a_leader_whose_session_was_cut_stands_by_when_another_took_the_lo
         standby.close()
 
 
+async def test_a_lock_taken_back_inside_a_sweep_holds_its_messages_until_the_tick_reconciles(pg_server):
+    url = pg_server.database()
+    StateFile.open(url).close()
+    leader, other = AdvisoryLock(url, name="a:1"), AdvisoryLock(url, name="b:2")
+    try:
+        assert await leader.check() is Role.LEADER and leader.needs_reload()
+        _cut(url, "a:1")
+        assert await other.check() is Role.LEADER  # b leads a while (it may post), then stops
+        other.close()
+        assert not await leader.still_leads()  # a takes the lock back mid-sweep: its memory may be stale, so no post
+        assert leader.role is Role.LEADER and leader.needs_reload()  # and its next tick reads the ledger afresh
+        assert await leader.still_leads()
+    finally:
+        leader.close()
+        other.close()
+
+
 async def test_a_leader_that_takes_its_lock_back_knows_whether_another_led_in_between(pg_server):
     url = pg_server.database()
     StateFile.open(url).close()
     leader, other = AdvisoryLock(url, name="a:1"), AdvisoryLock(url, name="b:2")
     try:
         assert await leader.check() is Role.LEADER and not leader.continued
+        assert leader.needs_reload()  # its first lead: the watchdog reads the ledger (and the news is taken)
         _cut(url, "a:1")
         assert await leader.check() is Role.LEADER and leader.retaken and leader.continued  # nobody did: its memory holds
+        assert not leader.needs_reload()
         _cut(url, "a:1")
         assert await other.check() is Role.LEADER
         other.close()
         assert await leader.check() is Role.LEADER and leader.retaken and not leader.continued  # b led: read afresh
+        assert leader.needs_reload() and not leader.needs_reload()  # told once
     finally:
         leader.close()
         other.close()

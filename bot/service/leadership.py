@@ -44,10 +44,12 @@ class Solo:
     """An SQLite bot: nobody else can sweep its file, so it leads."""
 
     role = Role.LEADER
-    retaken = continued = False
 
     async def check(self) -> Role:
         return Role.LEADER
+
+    def needs_reload(self) -> bool:
+        return False
 
     async def still_leads(self) -> bool:
         return True
@@ -71,8 +73,10 @@ class AdvisoryLock:
         self._conn = None
         self._holds = False  # this session holds the lock
         self.epoch: int | None = None  # the leadership's number when this replica last took it
-        self.retaken = False  # the last check took the lock (first, or again after losing its session)
-        self.continued = False  # it took the lock back and nobody led in between: its memory is the latest
+        # Taken (first, or again after losing its session) since the watchdog last asked `needs_reload`, and whether
+        # nobody led in between every such taking (then its memory is the latest there is).
+        self.retaken = False
+        self.continued = False
 
     async def check(self) -> Role:
         """This replica's role now (a blocking call in a thread: at most a connect timeout)."""
@@ -85,7 +89,6 @@ class AdvisoryLock:
     def _check(self) -> Role:
         import psycopg  # noqa: PLC0415  (only with a PostgreSQL state)
 
-        self.retaken = False
         try:
             return self._ask()
         except psycopg.Error:
@@ -111,13 +114,21 @@ class AdvisoryLock:
             return Role.LEADER
         if not self._conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
             return Role.STANDBY
-        self._holds, self.retaken = True, True
-        self._count_epoch()
+        self._holds = True
+        continued = self._count_epoch()
+        self.continued = continued and (self.continued or not self.retaken)  # every taking since the last ask
+        self.retaken = True
         return Role.LEADER
 
-    def _count_epoch(self) -> None:
+    def needs_reload(self) -> bool:
+        """Did this replica take the lock since it was last asked, with another leading in between (or never having
+        led)? Then the shared ledger is newer than its memory. Asking clears it."""
+        stale, self.retaken, self.continued = self.retaken and not self.continued, False, False
+        return stale
+
+    def _count_epoch(self) -> bool:
         """Number each taking of the lock (runbot_meta's leader_epoch): a leader that was cut off and takes it back
-        knows whether another led in between (then its memory is stale) or not (then it is the latest there is)."""
+        knows whether another led in between (then its memory is stale) or not (True: it is the latest there is)."""
         import psycopg  # noqa: PLC0415
 
         try:
@@ -125,10 +136,11 @@ class AdvisoryLock:
                 "INSERT INTO runbot_meta (key, value) VALUES ('leader_epoch', '1') ON CONFLICT (key) DO UPDATE "
                 "SET value = (runbot_meta.value::bigint + 1)::text RETURNING value::bigint").fetchone()
         except psycopg.errors.UndefinedTable:  # a database no store has opened yet: nothing to be stale about
-            self.epoch, self.continued = None, False
-            return
-        self.continued = self.role is not Role.STANDBY and self.epoch is not None and row[0] == self.epoch + 1
+            self.epoch = None
+            return False
+        continued = self.role is not Role.STANDBY and self.epoch is not None and row[0] == self.epoch + 1
         self.epoch = row[0]
+        return continued
 
     async def still_leads(self) -> bool:
         """Before each message: is the lock's session alive (one round trip)? A leader cut off since its tick must
@@ -136,7 +148,8 @@ class AdvisoryLock:
         if self.role is not Role.LEADER:
             return False
         self.role = await asyncio.to_thread(self._check)
-        return self.role is Role.LEADER
+        # A lock taken again just now is news for the next tick first: it may have to read the ledger afresh.
+        return self.role is Role.LEADER and not self.retaken
 
     async def replicas(self) -> list[Replica]:
         """Every runbot with a lock session on the database, and which one holds the lock."""

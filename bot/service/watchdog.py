@@ -710,7 +710,7 @@ class Watchdog:
             return role
         # Cut off from the database, it sweeps on from memory (its sends are held: still_leads says no); taking the
         # lock back with nobody having led in between, its memory is the latest and is written whole, not reloaded.
-        if role is Role.LEADER and self.leadership.retaken and not self.leadership.continued:
+        if role is Role.LEADER and self.leadership.needs_reload():
             await self._take_over()
         await self._scheduled_sweep()
         return role
