@@ -513,23 +513,24 @@ _NUMBERS_ONLY = re.compile(r"[-+\d.eE,\[\] ]+$")  # a value that is numbers alon
 
 def drop_mappings(lines: Sequence[str]) -> Sequence[str]:
     """The lines with each YAML mapping block blanked (its rows are settings, never progress)."""
-    out, run, glue = None, [], []
+    out, run, glue, glued = None, [], [], set()
     for i, text in enumerate([*lines, ""]):
         if m := _MAPPING_ROW.match(text):
             run.append((i, m[1]))
             continue
         if run and i < len(lines) and (not text.strip() or text.lstrip().startswith("#")):
             continue  # a blank line or a comment inside the block
-        if run and i < len(lines) and _MAPPING_GLUE.match(text) and all(lines[k] != text for k in glue):
+        if run and i < len(lines) and _MAPPING_GLUE.match(text) and text not in glued:
             # a section's own key, a list's item, a top-level key: the same dump (detectron2's). One that recurs is
             # a template's heading (DeepTCR's `Training_Statistics:` over each epoch's line), not a dump's key.
             glue.append(i)
+            glued.add(text)
             continue
         if len(run) >= MAPPING_ROWS and any(not _NUMBERS_ONLY.match(value) for _, value in run):
             out = list(lines) if out is None else out
             for k in [k for k, _ in run] + glue:
                 out[k] = ""
-        run, glue = [], []
+        run, glue, glued = [], [], set()
     return lines if out is None else out
 
 

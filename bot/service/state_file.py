@@ -23,9 +23,8 @@ from typing import TypeVar
 from bot.core.history import Point, Tally
 from bot.core.learned import Learned
 from bot.core.ledger import Ledger
-from config.state_where import is_server, redacted
 from bot.service.store import NotReadable, Store, StoreError
-
+from config.state_where import is_server, redacted
 
 log = logging.getLogger("runbot.state")
 
@@ -63,12 +62,10 @@ class StateFile:
     `await flush()` writes what changed. Use `StateFile.open(path)`."""
 
     def __init__(self, path: str | os.PathLike[str] | None, store: Store | None, ledger: Ledger, *,
-                 deadline: float = DISK_DEADLINE_S, on_note: Callable[[str], None] | None = None,
-                 server: str | None = None) -> None:
-        # An SQLite file (`path`), or a database server (`server`, a postgresql:// URL): the file's own checks
+                 deadline: float = DISK_DEADLINE_S, on_note: Callable[[str], None] | None = None) -> None:
+        # An SQLite file (`path`), or a database server (no path: the store is its PgStore): the file's own checks
         # (its header, its inode, moving it aside) have no server counterpart, the rest is the same.
         self.path = Path(path) if path is not None else None
-        self.server = server
         self.where = str(self.path) if self.path is not None else store.path if store is not None else "?"
         self.kind = "state file" if self.path is not None else "state database"
         self.label = f"{self.kind} {self.where}"
@@ -159,7 +156,7 @@ class StateFile:
             raise StateFileError(str(exc)) from None
         except PgStore.errors as exc:
             raise StateFileError(f"state database {redacted(url)} cannot be used: {exc}".strip()) from None
-        state_file = cls(None, store, ledger, server=url, **kw)
+        state_file = cls(None, store, ledger, **kw)
         state_file._count(store)
         return state_file
 
@@ -367,12 +364,8 @@ class StateFile:
     def _write_all(self, snapshot: Ledger) -> None:
         """In the worker thread: (re)open the file if it is gone, replaced, damaged or was not writable, then write
         it whole."""
-        if self.path is None:  # a server: its pool replaces a dropped connection itself
-            if self._store is None:
-                from bot.service.store_pg import PgStore  # noqa: PLC0415
-
-                self._store = PgStore(self.server)  # type: ignore[arg-type]
-            self._store.dump(snapshot)
+        if self.path is None:  # a server (opened at start, never without its store): its pool replaces a dropped connection
+            self._store.dump(snapshot)  # type: ignore[union-attr]
             return
         if self._corrupt and self._store is not None:
             self._store.close()
@@ -456,4 +449,3 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-

@@ -153,7 +153,6 @@ class Store:
     Another engine (bot.service.store_pg) subclasses it: the queries are shared, the dialect's few words
     (`upsert`, `add_names`, transactions, the schema's version) are its own."""
 
-    engine = "sqlite"
     # What a failing store raises: the state file keeps the ledger in memory and retries on these.
     errors: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
     upsert = staticmethod(_insert)  # a row replacing the one of its key

@@ -66,7 +66,6 @@ class PgStore(Store):
     """The state in a PostgreSQL database, through a small pool: a connection the server dropped (a restart, a
     failover) is replaced at the next write, which is the state file's retry."""
 
-    engine = "postgresql"
     errors = (psycopg.Error, OSError)  # PoolTimeout is a psycopg.OperationalError
     upsert = staticmethod(_upsert)
     add_names = "INSERT INTO {table} ({column}) VALUES (?) ON CONFLICT DO NOTHING"
