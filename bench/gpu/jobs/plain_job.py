@@ -92,18 +92,23 @@ class LM(nn.Module):
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv", "json", "nested", "dl-hang", "save", "spawn", "anomaly", "sigterm"], required=True)
+def model_args(p: argparse.ArgumentParser, *, control: str, steps: int) -> None:
+    """The device, the control folder, the run's length and the model's size, as every job script takes them."""
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    p.add_argument("--control", default="")
-    p.add_argument("--steps", type=int, default=100000)
+    p.add_argument("--control", default=control)
+    p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--vocab", type=int, default=16384)
     p.add_argument("--dim", type=int, default=768)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--heads", type=int, default=12)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=["dl", "rotate", "compile", "segv", "json", "nested", "dl-hang", "save", "spawn", "anomaly", "sigterm"], required=True)
+    model_args(p, control="", steps=100000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--item-sleep", type=float, default=0.01)
     p.add_argument("--step-sleep", type=float, default=0.0, help="rotate: pause per step")

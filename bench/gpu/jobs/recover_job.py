@@ -39,7 +39,7 @@ event("start")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from plain_job import LM  # noqa: E402  (the same small model)
+from plain_job import LM, model_args  # noqa: E402  (the same small model, the same arguments)
 
 event("imported")
 
@@ -47,15 +47,7 @@ event("imported")
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=["oom-retry", "scale", "resume", "eval-long"], required=True)
-    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    p.add_argument("--control", default=".")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--vocab", type=int, default=16384)
-    p.add_argument("--dim", type=int, default=768)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--heads", type=int, default=12)
+    model_args(p, control=".", steps=1000)
     p.add_argument("--step-sleep", type=float, default=0.1)
     p.add_argument("--batch-start", type=int, default=8192, help="oom-retry: the first batch size tried")
     p.add_argument("--retry-pause", type=float, default=6.0, help="oom-retry: pause after each OOM")
@@ -75,6 +67,16 @@ def main() -> int:
 
 def batch(a, dev: torch.device, size: int) -> torch.Tensor:
     return torch.randint(0, a.vocab, (size, a.seq), device=dev)
+
+
+def train_step(a, model, opt, dev: torch.device, size: int) -> torch.Tensor:
+    """One optimiser step on a random batch, in bf16 autocast on the GPU; the loss."""
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+        loss = model(batch(a, dev, size))
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
 
 
 def oom_retry(a, model, opt, dev) -> int:
@@ -99,11 +101,7 @@ def oom_retry(a, model, opt, dev) -> int:
     print(f"batch_size={size} fits; training", flush=True)
     t = time.time()
     for it in range(1, a.steps + 1):
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            loss = model(batch(a, dev, size))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(a, model, opt, dev, size)
         now = time.time()
         print(f"[iter {it:05d}] loss {loss.item():.4f} | {1000 * (now - t):.0f} ms/iter | bs {size}", flush=True)
         t = now
@@ -145,11 +143,7 @@ def resume(a, model, opt, dev) -> int:
         event("load_end", step=state["step"])
     t = time.time()
     for step in range(first, a.steps + 1):
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            loss = model(batch(a, dev, a.batch))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(a, model, opt, dev, a.batch)
         now = time.time()
         print(f"step {step}/{a.steps} | loss {loss.item():.4f} | {a.batch * a.seq / (now - t):.0f} tok/s", flush=True)
         t = now
@@ -165,11 +159,7 @@ def resume(a, model, opt, dev) -> int:
 def eval_long(a, model, opt, dev) -> int:
     t = time.time()
     for step in range(1, a.steps + 1):
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            loss = model(batch(a, dev, a.batch))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = train_step(a, model, opt, dev, a.batch)
         now = time.time()
         print(f"Epoch 1 | step {step}/{a.steps} | loss {loss.item():.4f} | lr 3.0e-04", flush=True)
         t = now
