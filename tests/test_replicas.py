@@ -117,7 +117,8 @@ def test_a_database_stopped_under_a_running_bot_is_said_once_and_alerts_are_held
                 set_age(log, 60)  # alpha goes silent while the database is away
                 notes = lambda: [p for p in stub.posts("chat.postMessage") if "state database is failing" in p.get("text", "")]  # noqa: E731
                 stub.wait_for(notes, timeout=30)
-                # the leader's lock session went with the server: it stands by, and holds its alert until it leads again
+                # the lock went with the server: the leader is cut off (/healthz says so), judging on and holding its alert
+                assert stub.wait_for(lambda: role(port) == "cut off", timeout=15)
                 time.sleep(CHECK_EVERY_S * 3)
             finally:
                 pg_server.start()
